@@ -1,0 +1,140 @@
+"""The web chat WebSocket: send messages, stream replies, resume after a reconnect.
+
+Server frames for stored messages go out in seq order with no gaps once the client
+has said where it stands (`resume`): a live message that does not follow the last
+one sent makes the socket catch up from the database first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from fastapi import WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from connectors.webchat.schema import ClientFrame, MessageOut, ResumeFrame, SendFrame
+from gateway.errors import AuthError, InputError
+from gateway.hub import DeltaEvent, Event, MessageEvent, Overflow
+from memory.store import StoredMessage
+
+if TYPE_CHECKING:
+    from connectors.webchat.connector import Visitor, WebchatConnector
+
+CATCH_UP_PAGE = 200
+UNAUTHORIZED = 4401
+
+
+class _Outbox:
+    """Everything the server sends, in order, through one lock."""
+
+    def __init__(self, websocket: WebSocket, connector: WebchatConnector, visitor: Visitor) -> None:
+        self._ws = websocket
+        self._connector = connector
+        self._conversation = visitor.identity.conversation_id
+        self._lock = asyncio.Lock()
+        self._sent_seq: int | None = None
+
+    async def frame(self, payload: dict[str, Any]) -> None:
+        async with self._lock:
+            await self._ws.send_json(payload)
+
+    async def resume(self, after_seq: int) -> None:
+        async with self._lock:
+            self._sent_seq = after_seq
+            await self._catch_up()
+
+    async def event(self, event: Event) -> None:
+        async with self._lock:
+            if isinstance(event, DeltaEvent):
+                await self._ws.send_json({"type": "delta", "text": event.text})
+            elif isinstance(event, MessageEvent):
+                await self._message(event.message)
+            elif isinstance(event, Overflow) and self._sent_seq is not None:
+                await self._catch_up()
+
+    async def _message(self, message: StoredMessage) -> None:
+        if self._sent_seq is not None:
+            if message.seq <= self._sent_seq:
+                return
+            if message.seq != self._sent_seq + 1:
+                await self._catch_up()
+                return
+        await self._send_message(message)
+
+    async def _catch_up(self) -> None:
+        assert self._sent_seq is not None
+        while True:
+            batch = await self._connector.core.history(
+                self._conversation, self._sent_seq, CATCH_UP_PAGE
+            )
+            for message in batch:
+                await self._send_message(message)
+            if len(batch) < CATCH_UP_PAGE:
+                return
+
+    async def _send_message(self, message: StoredMessage) -> None:
+        await self._ws.send_json({"type": "message", **MessageOut.of(message).model_dump()})
+        self._sent_seq = message.seq
+
+
+async def serve_socket(websocket: WebSocket, connector: WebchatConnector, token: str) -> None:
+    await websocket.accept()
+    try:
+        visitor = await connector.visitor(token)
+    except AuthError as exc:
+        await websocket.send_json({"type": "error", "code": "unauthorized", "detail": str(exc)})
+        await websocket.close(code=UNAUTHORIZED)
+        return
+    outbox = _Outbox(websocket, connector, visitor)
+    with connector.core.hub.subscribe(visitor.identity.conversation_id) as events:
+        forward = asyncio.create_task(_forward(events, outbox))
+        try:
+            while True:
+                await _handle(await websocket.receive_text(), connector, visitor, outbox)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            forward.cancel()
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
+                await forward
+
+
+async def _forward(events: asyncio.Queue[Event], outbox: _Outbox) -> None:
+    while True:
+        await outbox.event(await events.get())
+
+
+async def _handle(raw: str, connector: WebchatConnector, visitor: Visitor, outbox: _Outbox) -> None:
+    try:
+        frame = ClientFrame.validate_python(json.loads(raw))
+    except (ValueError, ValidationError) as exc:
+        await outbox.frame({"type": "error", "code": "bad_frame", "detail": _reason(exc)})
+        return
+    if isinstance(frame, ResumeFrame):
+        await outbox.resume(frame.after_seq)
+        return
+    assert isinstance(frame, SendFrame)
+    try:
+        received = await connector.submit(visitor, frame.text, frame.client_id)
+    except InputError as exc:
+        await outbox.frame(
+            {
+                "type": "error",
+                "code": "bad_message",
+                "detail": str(exc),
+                "client_id": frame.client_id,
+            }
+        )
+        return
+    await outbox.frame({"type": "ack", "client_id": frame.client_id, "seq": received.message.seq})
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return "frame is not valid JSON"

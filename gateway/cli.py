@@ -1,0 +1,112 @@
+"""The `parley` command."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from gateway.errors import ParleyError
+from gateway.settings import Settings, load_settings
+
+app = typer.Typer(help="Parley: one never-ending conversation per person, on every channel.")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"parley: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ParleyError as exc:
+        _fail(str(exc))
+
+
+@app.command()
+def serve() -> None:
+    """Run the gateway: HTTP API, web chat and every configured connector."""
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.logs import configure_logging
+    from gateway.services import prepare_schema
+    from memory.db import create_engine
+
+    settings = _settings()
+    configure_logging()
+
+    async def prepare() -> None:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            await prepare_schema(engine, migrate_embedded=settings.is_sqlite)
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(prepare())
+        application = create_app(settings)
+    except ParleyError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot open the database: {exc}")
+    typer.echo(f"Parley is listening on http://{settings.host}:{settings.port}", err=True)
+    uvicorn.run(
+        application,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        proxy_headers=True,
+        ws="websockets-sansio",
+    )
+
+
+@app.command()
+def migrate() -> None:
+    """Bring the database schema up to date."""
+    from memory.db import create_engine
+    from memory.schema import head_revision
+    from memory.schema import migrate as run_migrations
+
+    settings = _settings()
+
+    async def run() -> None:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            await run_migrations(engine)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+    typer.echo(f"database is at revision {head_revision()}")
+
+
+@app.command()
+def chat(
+    url: Annotated[
+        str | None, typer.Option(help="Gateway base URL (default: PARLEY_HOST:PARLEY_PORT).")
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="Where the local user's web chat token is kept."),
+    ] = None,
+) -> None:
+    """Talk to the assistant from this terminal, through a running gateway."""
+    from gateway.terminal import run_chat
+
+    settings = _settings()
+    base = (url or f"http://{settings.host}:{settings.port}").rstrip("/")
+    try:
+        asyncio.run(run_chat(base, token_file or settings.data_dir / "chat-token"))
+    except ParleyError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,57 @@
+"""Exceptions raised by the gateway core, handled at the edge (HTTP handlers, CLI).
+
+ParleyError
+├── ConfigError            a setting is invalid; start-up refuses
+├── SchemaOutOfDate        the database needs `parley migrate`
+├── AuthError              a token or signature did not verify
+├── InputError             a client sent something we will not store
+├── LLMError               the model could not produce a reply
+│   └── LLMUnavailable     after retries: unreachable, timing out or failing
+└── DeliveryError          a platform refused or failed to take a reply
+"""
+
+from __future__ import annotations
+
+
+class ParleyError(Exception):
+    """Base of every error Parley raises on purpose."""
+
+
+class ConfigError(ParleyError):
+    """A setting is invalid. The message names it."""
+
+
+class SchemaOutOfDate(ParleyError):
+    def __init__(self, current: str | None, head: str) -> None:
+        self.current = current
+        self.head = head
+        super().__init__(
+            f"database schema is at revision {current or 'none'} but this Parley needs {head}; "
+            "run `parley migrate` first"
+        )
+
+
+class AuthError(ParleyError):
+    """Credentials were missing or wrong."""
+
+
+class InputError(ParleyError):
+    """Client input that is refused with a clear reason."""
+
+
+class LLMError(ParleyError):
+    """The language model did not give a usable answer."""
+
+
+class LLMUnavailable(LLMError):
+    def __init__(self, reason: str, *, attempts: int) -> None:
+        self.reason = reason
+        self.attempts = attempts
+        super().__init__(f"model unavailable after {attempts} attempt(s): {reason}")
+
+
+class DeliveryError(ParleyError):
+    def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
+        self.reason = reason
+        self.retry_after = retry_after
+        super().__init__(reason)

@@ -1,0 +1,50 @@
+"""Language-model providers behind one streaming interface.
+
+`build_provider(settings)` picks the one the settings name; everything else in the
+gateway sees only `LLMProvider`.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict, assert_never
+
+from gateway.llm.anthropic import AnthropicProvider
+from gateway.llm.base import ChatTurn, LLMProvider, Prompt, complete
+from gateway.llm.offline import OfflineProvider
+from gateway.llm.openai import OpenAIProvider
+from gateway.settings import LLMProviderName, Settings
+
+__all__ = ["ChatTurn", "LLMProvider", "Prompt", "build_provider", "complete"]
+
+
+class _HTTPOptions(TypedDict):
+    base_url: str
+    api_key: str | None
+    model: str
+    timeout: float
+    max_retries: int
+    retry_base_seconds: float
+
+
+def build_provider(settings: Settings) -> LLMProvider:
+    match settings.llm_provider:
+        case LLMProviderName.OPENAI:
+            return OpenAIProvider(**_http_options(settings))
+        case LLMProviderName.ANTHROPIC:
+            return AnthropicProvider(**_http_options(settings))
+        case LLMProviderName.OFFLINE:
+            return OfflineProvider()
+        case _:
+            assert_never(settings.llm_provider)
+
+
+def _http_options(settings: Settings) -> _HTTPOptions:
+    key = settings.llm_api_key
+    return {
+        "base_url": settings.resolved_llm_base_url,
+        "api_key": key.get_secret_value() if key else None,
+        "model": settings.llm_model,
+        "timeout": settings.llm_timeout_seconds,
+        "max_retries": settings.llm_max_retries,
+        "retry_base_seconds": settings.llm_retry_base_seconds,
+    }

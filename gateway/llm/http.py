@@ -1,0 +1,266 @@
+"""Streaming over HTTP with bounded retries, shared by the HTTP model providers.
+
+A provider describes one call (`StreamRequest`) and how to read its server-sent events
+(an `EventDecoder`); `stream_text` does the rest. Retries happen only before the first
+piece of text is yielded, so a caller never sees text twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from gateway.errors import LLMUnavailable
+
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
+MAX_WAIT_SECONDS = 30.0
+CONNECT_TIMEOUT_SECONDS = 10.0
+REASON_DETAIL_CHARS = 200
+_ERROR_BODY_BYTES = 8192
+
+# Worth another try: the server may be back. Other transport errors (a bad URL scheme,
+# a local protocol bug) would fail the same way again.
+_TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+class StreamFailed(Exception):
+    """One attempt failed; `stream_text` decides whether to try again.
+
+    `reason` is our own wording; `detail` is whatever the server or library said, which
+    is untrusted: it is scrubbed of the API key and clipped before anyone sees it.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        detail: str = "",
+        retryable: bool,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+    def describe(self, secret: str | None) -> str:
+        detail = _clip(_redact(self.detail, secret))
+        return f"{self.reason}: {detail}" if detail else self.reason
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    event: str
+    data: str
+
+
+class EventDecoder(Protocol):
+    """Turns one response's events into text. A fresh decoder is made per attempt."""
+
+    @property
+    def finished(self) -> bool:
+        """The server said the reply is complete; nothing after this matters."""
+        ...
+
+    def feed(self, event: SSEEvent) -> str:
+        """The text this event adds (often ""). Raises `StreamFailed` on an error event."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRequest:
+    provider: str
+    url: str
+    headers: Mapping[str, str]
+    body: Mapping[str, Any]
+    secret: str | None = field(default=None, repr=False)  # scrubbed from every reason
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_retries: int
+    base_seconds: float
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (0-based)."""
+        if retry_after is not None:
+            return min(retry_after, MAX_WAIT_SECONDS)
+        backoff = min(self.base_seconds * 2.0**attempt, MAX_WAIT_SECONDS)
+        # Jitter spreads out clients that failed together so they do not return together.
+        return backoff * random.uniform(0.5, 1.0)
+
+
+def new_client(timeout_seconds: float) -> httpx.AsyncClient:
+    timeout = httpx.Timeout(timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS)
+    return httpx.AsyncClient(timeout=timeout)
+
+
+async def stream_text(
+    client: httpx.AsyncClient,
+    request: StreamRequest,
+    decoder: Callable[[], EventDecoder],
+    policy: RetryPolicy,
+) -> AsyncIterator[str]:
+    """Yield the reply's text; raise `LLMUnavailable` once retrying cannot help."""
+    attempt = 0
+    while True:
+        attempt += 1
+        yielded = False
+        try:
+            async with contextlib.aclosing(_attempt(client, request, decoder())) as pieces:
+                async for piece in pieces:
+                    yielded = True
+                    yield piece
+            return
+        except StreamFailed as failure:
+            reason = failure.describe(request.secret)
+            if yielded:
+                reason = f"reply broke off after text had been sent: {reason}"
+            if yielded or not failure.retryable or attempt > policy.max_retries:
+                raise LLMUnavailable(reason, attempts=attempt) from None
+            await asyncio.sleep(policy.delay(attempt - 1, failure.retry_after))
+
+
+async def _attempt(
+    client: httpx.AsyncClient, request: StreamRequest, decoder: EventDecoder
+) -> AsyncGenerator[str, None]:
+    try:
+        async with client.stream(
+            "POST", request.url, headers=dict(request.headers), json=dict(request.body)
+        ) as response:
+            if not response.is_success:
+                raise await _status_failure(request.provider, response)
+            async for piece in _decode(response, decoder):
+                yield piece
+    except _TRANSIENT_ERRORS as exc:
+        raise _transport_failure(request.provider, exc, retryable=True) from exc
+    except httpx.HTTPError as exc:
+        raise _transport_failure(request.provider, exc, retryable=False) from exc
+
+
+async def _decode(response: httpx.Response, decoder: EventDecoder) -> AsyncIterator[str]:
+    reader = SSEReader()
+    async for line in response.aiter_lines():
+        event = reader.feed(line)
+        if event is None:
+            continue
+        if text := decoder.feed(event):
+            yield text
+        if decoder.finished:
+            return
+    # A cut connection can look like a clean end; only the server's end marker proves it.
+    raise StreamFailed("stream ended before the reply was complete", retryable=True)
+
+
+class SSEReader:
+    """Assembles server-sent event lines into events (https://html.spec.whatwg.org/#sse)."""
+
+    def __init__(self) -> None:
+        self._event = ""
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> SSEEvent | None:
+        """Take one line; return an event when a blank line completes one."""
+        if not line:
+            return self._dispatch()
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        # Comments (": keep-alive"), `id:` and `retry:` carry nothing a reply needs.
+        return None
+
+    def _dispatch(self) -> SSEEvent | None:
+        event = SSEEvent(self._event, "\n".join(self._data)) if self._data else None
+        self._event, self._data = "", []
+        return event
+
+
+def parse_json(event: SSEEvent) -> dict[str, Any]:
+    try:
+        value = json.loads(event.data)
+    except ValueError:
+        raise StreamFailed("malformed event data", detail=event.data, retryable=False) from None
+    if not isinstance(value, dict):
+        raise StreamFailed("unexpected event data", detail=event.data, retryable=False)
+    return value
+
+
+def error_message(payload: object) -> str | None:
+    """The human message in either platform's `{"error": {"message": ...}}` shape."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    return None
+
+
+async def _status_failure(provider: str, response: httpx.Response) -> StreamFailed:
+    status = response.status_code
+    return StreamFailed(
+        f"{provider} answered HTTP {status}",
+        detail=_body_message(await _read_some(response)),
+        retryable=status in RETRYABLE_STATUSES,
+        retry_after=retry_after_seconds(response.headers),
+    )
+
+
+async def _read_some(response: httpx.Response) -> bytes:
+    # An error page can be huge; the first few KiB hold the message.
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= _ERROR_BODY_BYTES:
+            break
+    return body[:_ERROR_BODY_BYTES]
+
+
+def _body_message(body: bytes) -> str:
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        message = error_message(json.loads(text))
+    except ValueError:
+        return text
+    return message if message is not None else text
+
+
+def retry_after_seconds(headers: httpx.Headers) -> float | None:
+    """`Retry-After` in seconds, or None when absent or an HTTP date (backoff applies)."""
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _transport_failure(provider: str, exc: httpx.HTTPError, *, retryable: bool) -> StreamFailed:
+    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "request failed"
+    return StreamFailed(
+        f"{provider} {kind} ({type(exc).__name__})", detail=str(exc), retryable=retryable
+    )
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) <= REASON_DETAIL_CHARS:
+        return text
+    return text[: REASON_DETAIL_CHARS - 1] + "…"
+
+
+def _redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "[redacted]") if secret else text

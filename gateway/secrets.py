@@ -1,0 +1,33 @@
+"""The key that signs tokens: from PARLEY_SECRET_KEY, else created once in the data dir."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from gateway.settings import Settings
+
+KEY_FILE = "secret_key"
+
+
+def signing_key(settings: Settings) -> bytes:
+    if settings.secret_key is not None:
+        return settings.secret_key.get_secret_value().encode()
+    path = settings.data_dir / KEY_FILE
+    if path.exists():
+        return path.read_bytes().strip()
+    return _create(path)
+
+
+def _create(path: Path) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48).encode()
+    # O_EXCL: if two processes race, one writes and both read the same key.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes().strip()
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(key)
+    return key

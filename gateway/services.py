@@ -1,0 +1,92 @@
+"""Every long-lived resource of a running gateway, built by the app factory and
+opened and closed by its lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.clock import Clock, SystemClock
+from gateway.connector import Connector, enabled_connectors
+from gateway.core import Core
+from gateway.errors import SchemaOutOfDate
+from gateway.hub import Hub
+from gateway.llm import LLMProvider, build_provider
+from gateway.persona import load_persona
+from gateway.settings import Settings
+from gateway.turns import TurnLimits, TurnRunner
+from memory.db import create_engine, session_factory
+from memory.schema import current_revision, head_revision, migrate
+from memory.store import Store
+
+log = structlog.get_logger(__name__)
+
+SHUTDOWN_DEADLINE_SECONDS = 10.0
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: AsyncEngine
+    store: Store
+    hub: Hub
+    core: Core
+    runner: TurnRunner
+    llm: LLMProvider
+    connectors: list[Connector]
+
+    @classmethod
+    def build(
+        cls, settings: Settings, *, llm: LLMProvider | None = None, clock: Clock | None = None
+    ) -> Services:
+        """Construct everything; nothing here does I/O."""
+        clock = clock or SystemClock()
+        engine = create_engine(settings.resolved_database_url)
+        store = Store(session_factory(engine))
+        hub = Hub()
+        llm = llm or build_provider(settings)
+        core = Core(store=store, hub=hub, clock=clock, default_timezone=settings.default_timezone)
+        runner = TurnRunner(
+            store=store,
+            llm=llm,
+            hub=hub,
+            clock=clock,
+            persona=load_persona(settings.persona_file),
+            limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
+            deliver=core.deliver,
+        )
+        connectors = enabled_connectors(core, settings)
+        core.attach(runner, {connector.channel: connector for connector in connectors})
+        return cls(settings, engine, store, hub, core, runner, llm, connectors)
+
+    async def open(self) -> None:
+        await prepare_schema(self.engine, migrate_embedded=self.settings.is_sqlite)
+        for connector in self.connectors:
+            await connector.start()
+        await self.core.resume()
+        log.info(
+            "gateway ready",
+            database=self.engine.dialect.name,
+            llm=self.llm.name,
+            connectors=[connector.channel for connector in self.connectors],
+        )
+
+    async def close(self) -> None:
+        # Stop intake first, then let running turns finish, then release resources.
+        for connector in reversed(self.connectors):
+            await connector.stop()
+        await self.runner.close(SHUTDOWN_DEADLINE_SECONDS)
+        await self.llm.aclose()
+        await self.engine.dispose()
+
+
+async def prepare_schema(engine: AsyncEngine, *, migrate_embedded: bool) -> None:
+    """Migrate an embedded SQLite database; refuse a server database that is behind."""
+    if migrate_embedded:
+        await migrate(engine)
+        return
+    current, head = await current_revision(engine), head_revision()
+    if current != head:
+        raise SchemaOutOfDate(current, head)

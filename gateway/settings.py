@@ -1,0 +1,185 @@
+"""All configuration, read once from `PARLEY_*` environment variables (and `.env`).
+
+The app factory builds one `Settings` and passes it down; nothing reads the
+environment anywhere else.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from gateway.errors import ConfigError
+
+_PLACEHOLDER_SECRETS = frozenset({"changeme", "change-me", "secret", "password", "token", "xxx"})
+
+
+class LLMProviderName(StrEnum):
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+    OFFLINE = "offline"
+
+
+class Policy(StrEnum):
+    OPEN = "open"
+    ALLOWLIST = "allowlist"
+    PAIRING = "pairing"
+
+
+class TelegramMode(StrEnum):
+    WEBHOOK = "webhook"
+    POLLING = "polling"
+
+
+_DEFAULT_BASE_URLS = {
+    LLMProviderName.OPENAI: "https://api.openai.com/v1",
+    LLMProviderName.ANTHROPIC: "https://api.anthropic.com",
+}
+
+CommaList = Annotated[tuple[str, ...], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PARLEY_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+    )
+
+    data_dir: Path = Path("./data")
+    database_url: str | None = None
+    redis_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    public_url: str | None = None
+    admin_token: SecretStr | None = None
+    # Signs web chat tokens. Unset: a random key is created once in the data dir.
+    secret_key: SecretStr | None = None
+    persona_file: Path | None = None
+    default_timezone: str = "UTC"
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    max_message_chars: int = Field(default=16_000, ge=1)
+    reply_wait_seconds: float = Field(default=300.0, gt=0)
+
+    llm_provider: LLMProviderName = LLMProviderName.OFFLINE
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_model: str = "gpt-4o-mini"
+    summary_model: str | None = None
+    llm_timeout_seconds: float = Field(default=60.0, gt=0)
+    llm_max_retries: int = Field(default=2, ge=0, le=10)
+    llm_retry_base_seconds: float = Field(default=1.0, ge=0)
+    llm_context_tokens: int = Field(default=128_000, ge=2_048)
+    llm_max_reply_tokens: int = Field(default=2_048, ge=64)
+
+    telegram_token: SecretStr | None = None
+    telegram_webhook_secret: SecretStr | None = None
+    telegram_api_url: str = "https://api.telegram.org"
+    telegram_mode: TelegramMode = TelegramMode.WEBHOOK
+    discord_token: SecretStr | None = None
+    discord_api_url: str = "https://discord.com/api/v10"
+    whatsapp_token: SecretStr | None = None
+    whatsapp_app_secret: SecretStr | None = None
+    whatsapp_verify_token: SecretStr | None = None
+    whatsapp_phone_number_id: str | None = None
+    whatsapp_api_url: str = "https://graph.facebook.com/v21.0"
+
+    telegram_policy: Policy = Policy.PAIRING
+    discord_policy: Policy = Policy.PAIRING
+    whatsapp_policy: Policy = Policy.PAIRING
+    webchat_policy: Policy = Policy.OPEN
+    telegram_allowlist: CommaList = ()
+    discord_allowlist: CommaList = ()
+    whatsapp_allowlist: CommaList = ()
+    webchat_allowlist: CommaList = ()
+
+    @field_validator(
+        "telegram_allowlist",
+        "discord_allowlist",
+        "whatsapp_allowlist",
+        "webchat_allowlist",
+        mode="before",
+    )
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("default_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown IANA time zone {value!r}") from exc
+        return value
+
+    @field_validator("admin_token", "secret_key")
+    @classmethod
+    def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        secret = value.get_secret_value()
+        if secret.lower() in _PLACEHOLDER_SECRETS or len(secret) < 16:
+            raise ValueError("must be a real secret of at least 16 characters")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.startswith(("postgres://", "postgresql://")):
+            return "postgresql+asyncpg://" + value.split("://", 1)[1]
+        if value.startswith("sqlite://"):
+            return "sqlite+aiosqlite://" + value.split("://", 1)[1]
+        if not value.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
+            raise ValueError("must be a sqlite:// or postgresql:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _llm_credentials(self) -> Settings:
+        if self.llm_provider is LLMProviderName.ANTHROPIC and self.llm_api_key is None:
+            raise ValueError("PARLEY_LLM_API_KEY is required for the anthropic provider")
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'parley.db').resolve()}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def resolved_llm_base_url(self) -> str:
+        base = self.llm_base_url or _DEFAULT_BASE_URLS.get(self.llm_provider, "")
+        return base.rstrip("/")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings, turning a validation failure into one line per bad setting."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        field = error["loc"][0] if error["loc"] else ""
+        name = f"PARLEY_{str(field).upper()}" if field else "settings"
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"invalid setting {name}: {message}")
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""Turns: one at a time per conversation, coalescing messages that arrive meanwhile.
+
+`request(conversation)` makes sure a loop is running for that conversation. The loop
+runs a turn for everything unanswered, then looks again: messages that arrived during
+a turn are answered together by the next one. What is unanswered is read from the
+database, so a turn cut short by a crash is simply run again on the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from gateway.clock import Clock
+from gateway.errors import LLMError
+from gateway.hub import DeltaEvent, Hub
+from gateway.llm import LLMProvider, Prompt
+from memory.context import clock_context, fit_to_budget, render_live, system_prompt
+from memory.models import Delivery, Role
+from memory.provenance import NOTICE_SOURCE
+from memory.store import NewMessage, Store, StoredMessage
+from memory.tokens import estimate_tokens
+
+log = structlog.get_logger(__name__)
+
+MODEL_DOWN_NOTICE = (
+    "Sorry — I couldn't reach the language model just now, so I can't answer yet. "
+    "Your message is saved; write again in a moment and I'll pick up from here."
+)
+
+# Deliver a stored reply; the second argument is the message that started the turn.
+Deliver = Callable[[StoredMessage, StoredMessage], Awaitable[None]]
+AfterTurn = Callable[[uuid.UUID], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLimits:
+    context_tokens: int
+    max_reply_tokens: int
+
+
+class TurnRunner:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        llm: LLMProvider,
+        hub: Hub,
+        clock: Clock,
+        persona: str,
+        limits: TurnLimits,
+        deliver: Deliver,
+        after_turn: AfterTurn | None = None,
+    ) -> None:
+        self._store = store
+        self._llm = llm
+        self._hub = hub
+        self._clock = clock
+        self._persona = persona
+        self._limits = limits
+        self._deliver = deliver
+        self._after_turn = after_turn
+        self._loops: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._again: set[uuid.UUID] = set()
+        self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage]]]] = {}
+        self._closing = False
+
+    def request(self, conversation_id: uuid.UUID) -> None:
+        """Make sure everything unanswered in the conversation gets a turn."""
+        if self._closing:
+            return
+        if conversation_id in self._loops:
+            self._again.add(conversation_id)
+            return
+        task = asyncio.create_task(self._loop(conversation_id), name=f"turns:{conversation_id}")
+        self._loops[conversation_id] = task
+
+    def reply_future(self, conversation_id: uuid.UUID, seq: int) -> asyncio.Future[StoredMessage]:
+        """A future resolved with the reply of the turn that answers user message `seq`."""
+        future: asyncio.Future[StoredMessage] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(conversation_id, []).append((seq, future))
+        return future
+
+    def forget_future(
+        self, conversation_id: uuid.UUID, future: asyncio.Future[StoredMessage]
+    ) -> None:
+        waiters = self._waiters.get(conversation_id, [])
+        waiters[:] = [(seq, f) for seq, f in waiters if f is not future]
+        if not waiters:
+            self._waiters.pop(conversation_id, None)
+
+    async def close(self, deadline: float) -> None:
+        """Stop taking turns, let running ones finish within `deadline` s, cancel the rest.
+
+        A cancelled turn stored nothing of its reply, so it runs again on the next start.
+        """
+        self._closing = True
+        tasks = list(self._loops.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=deadline)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _loop(self, conversation_id: uuid.UUID) -> None:
+        try:
+            while not self._closing:
+                self._again.discard(conversation_id)
+                upto = await self._store.unanswered_seq(conversation_id)
+                if upto is None:
+                    if conversation_id in self._again:
+                        continue
+                    break
+                await self._turn(conversation_id, upto)
+        except Exception:
+            log.exception("turn loop failed", conversation_id=str(conversation_id))
+        finally:
+            self._loops.pop(conversation_id, None)
+
+    async def _turn(self, conversation_id: uuid.UUID, upto: int) -> None:
+        state = await self._store.load_turn(conversation_id, upto)
+        system = system_prompt(
+            self._persona, clock_context(self._clock.now(), state.timezone, state.previous_at)
+        )
+        budget = (
+            self._limits.context_tokens - self._limits.max_reply_tokens - estimate_tokens(system)
+        )
+        turns = fit_to_budget(render_live(state.live, state.timezone), budget)
+        prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens)
+        role, source = Role.ASSISTANT, None
+        try:
+            text = await self._generate(conversation_id, prompt)
+        except LLMError as exc:
+            log.warning("model unavailable", conversation_id=str(conversation_id), error=str(exc))
+            role, source, text = Role.EVENT, NOTICE_SOURCE, MODEL_DOWN_NOTICE
+        reply, _ = await self._store.add_message(
+            conversation_id,
+            NewMessage(
+                role=role,
+                channel=state.trigger.channel,
+                text=text,
+                source=source,
+                reply_to_seq=upto,
+                delivery=Delivery.PENDING,
+            ),
+            now=self._clock.now(),
+        )
+        self._hub.message(reply)
+        self._resolve(conversation_id, upto, reply)
+        await self._deliver(reply, state.trigger)
+        if self._after_turn is not None:
+            await self._after_turn(conversation_id)
+
+    async def _generate(self, conversation_id: uuid.UUID, prompt: Prompt) -> str:
+        pieces: list[str] = []
+        async for piece in self._llm.stream(prompt):
+            pieces.append(piece)
+            self._hub.publish(conversation_id, DeltaEvent(conversation_id, piece))
+        text = "".join(pieces).strip()
+        if not text:
+            raise LLMError("the model returned an empty reply")
+        return text
+
+    def _resolve(self, conversation_id: uuid.UUID, upto: int, reply: StoredMessage) -> None:
+        waiters = self._waiters.pop(conversation_id, [])
+        still_waiting = []
+        for seq, future in waiters:
+            if seq > upto:
+                still_waiting.append((seq, future))
+            elif not future.done():
+                future.set_result(reply)
+        if still_waiting:
+            self._waiters[conversation_id] = still_waiting

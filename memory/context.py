@@ -1,0 +1,130 @@
+"""Assembling what the model sees in a turn: the system prompt and the live window.
+
+The system prompt is built once per turn in a fixed order — persona, clock and idle
+gap, archive timeline, profile — and reused verbatim for every model call of that turn,
+so provider prompt caches stay valid.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from memory.models import Role
+from memory.provenance import NOTICE_SOURCE, label
+from memory.store import StoredMessage
+from memory.tokens import TokenCounter, estimate_tokens
+
+IDLE_GAP = timedelta(days=1)
+# A message more than this after the one before it carries its own time.
+SHOW_TIME_AFTER = timedelta(minutes=30)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTurn:
+    role: Literal["user", "assistant"]
+    content: str
+
+
+def zone(name: str) -> zoneinfo.ZoneInfo:
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return zoneinfo.ZoneInfo("UTC")
+
+
+def _offset(moment: datetime) -> str:
+    raw = moment.strftime("%z")  # +0100
+    return f"UTC{raw[:3]}:{raw[3:]}"
+
+
+def _long_date(moment: datetime) -> str:
+    return f"{moment:%A}, {moment.day} {moment:%B %Y}"
+
+
+def describe_duration(delta: timedelta) -> str:
+    """'3 days and 4 hours', '1 day', '26 hours' is never said."""
+    minutes = int(delta.total_seconds() // 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours = rest // 60
+    parts = []
+    if days >= 14:
+        weeks, days = divmod(days, 7)
+        parts.append(f"{weeks} week{'s' * (weeks != 1)}")
+        if days:
+            parts.append(f"{days} day{'s' * (days != 1)}")
+    else:
+        if days:
+            parts.append(f"{days} day{'s' * (days != 1)}")
+        if hours:
+            parts.append(f"{hours} hour{'s' * (hours != 1)}")
+    return " and ".join(parts) or "less than an hour"
+
+
+def clock_context(now: datetime, timezone: str, previous_at: datetime | None) -> str:
+    """The user's local date, time and zone; and, after more than a day, the gap."""
+    local = now.astimezone(zone(timezone))
+    lines = [
+        f"Current date and time for the user: {_long_date(local)}, {local:%H:%M} "
+        f"({timezone}, {_offset(local)})."
+    ]
+    if previous_at is not None and now - previous_at > IDLE_GAP:
+        before = previous_at.astimezone(zone(timezone))
+        lines.append(
+            f"It has been {describe_duration(now - previous_at)} since the previous message "
+            f"in this conversation ({_long_date(before)}, {before:%H:%M})."
+        )
+    return "\n".join(lines)
+
+
+def system_prompt(persona: str, clock: str, timeline: str = "", profile: str = "") -> str:
+    sections = [persona.strip(), "# Now\n" + clock]
+    if timeline:
+        sections.append("# Earlier in this conversation (archive)\n" + timeline)
+    if profile:
+        sections.append("# What you know about the user\n" + profile)
+    return "\n\n".join(sections) + "\n"
+
+
+def render_live(
+    messages: Sequence[StoredMessage], timezone: str, *, group: bool = False
+) -> list[ChatTurn]:
+    """The live window as chat turns: typed text verbatim (escaped), everything else
+    behind a source line, and the time where a pause makes it worth knowing."""
+    tz = zone(timezone)
+    turns: list[ChatTurn] = []
+    previous: datetime | None = None
+    for message in messages:
+        if message.source == NOTICE_SOURCE:
+            continue  # said to the user about the gateway, not part of the dialogue
+        sent = message.sent_at
+        show_time = previous is None or sent - previous > SHOW_TIME_AFTER
+        previous = sent
+        if message.role is Role.ASSISTANT:
+            turns.append(ChatTurn("assistant", message.text))
+            continue
+        time = f"{sent.astimezone(tz):%Y-%m-%d %H:%M}" if show_time else None
+        speaker = message.author_name if group else None
+        content = label(message.text, source=message.source, speaker=speaker, time=time)
+        turns.append(ChatTurn("user", content))
+    return turns
+
+
+def fit_to_budget(
+    turns: list[ChatTurn], budget: int, count: TokenCounter = estimate_tokens
+) -> list[ChatTurn]:
+    """Drop the oldest turns until the rest fit `budget` tokens. The newest is kept."""
+    sizes = [count(turn.content) + 4 for turn in turns]
+    total = sum(sizes)
+    start = 0
+    while total > budget and start < len(turns) - 1:
+        total -= sizes[start]
+        start += 1
+    kept = turns[start:]
+    # Chat APIs expect the dialogue to open with the user.
+    while len(kept) > 1 and kept[0].role == "assistant":
+        kept = kept[1:]
+    return kept

@@ -1,0 +1,196 @@
+"""Storage model: users, identities, conversations, messages and archive chunks.
+
+Every schema change is an Alembic migration in `migrations/versions/`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    Uuid,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite keeps no offset)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# Integer primary keys: SQLite only autoincrements INTEGER, Postgres wants BIGINT.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    EVENT = "event"
+
+
+class ConversationKind(StrEnum):
+    PERSONAL = "personal"
+    GROUP = "group"
+
+
+class Delivery(StrEnum):
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class ChunkStatus(StrEnum):
+    PENDING = "pending"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    display_name: Mapped[str] = mapped_column(String(200), default="")
+    timezone: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Identity(Base):
+    __tablename__ = "identities"
+    __table_args__ = (UniqueConstraint("channel", "external_id"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    channel: Mapped[str] = mapped_column(String(32))
+    external_id: Mapped[str] = mapped_column(String(200))
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    display_name: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Conversation(Base):
+    __tablename__ = "conversations"
+    __table_args__ = (UniqueConstraint("channel", "group_id"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    kind: Mapped[str] = mapped_column(String(16), default=ConversationKind.PERSONAL)
+    # Personal conversations belong to a user; group ones to a (channel, group id).
+    user_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), unique=True
+    )
+    channel: Mapped[str | None] = mapped_column(String(32))
+    group_id: Mapped[str | None] = mapped_column(String(200))
+    title: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_message_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Seq bookkeeping, bumped in the statement that reserves a seq, so finding the
+    # conversations that still owe a reply never scans messages.
+    last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_user_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    answered_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Chunk(Base):
+    __tablename__ = "chunks"
+    __table_args__ = (
+        Index("ix_chunks_conversation_level", "conversation_id", "level", "seq_start"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    level: Mapped[int] = mapped_column(Integer)
+    seq_start: Mapped[int] = mapped_column(BigInteger)
+    seq_end: Mapped[int] = mapped_column(BigInteger)
+    time_start: Mapped[datetime] = mapped_column(UTCDateTime)
+    time_end: Mapped[datetime] = mapped_column(UTCDateTime)
+    transcript: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default=ChunkStatus.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("chunks.id", ondelete="SET NULL"), index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class Message(Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "seq"),
+        UniqueConstraint("channel", "platform_message_id"),
+        Index("ix_messages_reply", "conversation_id", "reply_to_seq"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    seq: Mapped[int] = mapped_column(BigInteger)
+    role: Mapped[str] = mapped_column(String(16))
+    channel: Mapped[str] = mapped_column(String(32))
+    identity_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("identities.id", ondelete="SET NULL")
+    )
+    author_name: Mapped[str] = mapped_column(String(200), default="")
+    # Who produced input nobody typed (e.g. "operator via REST"); null for typed text.
+    source: Mapped[str | None] = mapped_column(String(200))
+    text: Mapped[str] = mapped_column(Text)
+    platform_message_id: Mapped[str | None] = mapped_column(String(255))
+    platform_ts: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    chunk_id: Mapped[int | None] = mapped_column(
+        ForeignKey("chunks.id", ondelete="SET NULL"), index=True
+    )
+    # For replies: the last user seq the turn answered (so a user message finds its reply).
+    reply_to_seq: Mapped[int | None] = mapped_column(BigInteger)
+    delivery: Mapped[str | None] = mapped_column(String(16))
+    delivery_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    delivery_error: Mapped[str | None] = mapped_column(Text)

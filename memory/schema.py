@@ -1,0 +1,50 @@
+"""Schema revisions: apply Alembic migrations, or check that they were applied."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic.command import upgrade
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import migrations
+
+
+def alembic_config(url: str | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    if url:
+        config.set_main_option("sqlalchemy.url", url)
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise RuntimeError("no migrations found")
+    return head
+
+
+def _current(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def _upgrade(connection: Connection) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    upgrade(config, "head")
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    async with engine.connect() as connection:
+        return await connection.run_sync(_current)
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Bring the schema to head (idempotent)."""
+    async with engine.begin() as connection:
+        await connection.run_sync(_upgrade)

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.llm_server import FakeLLM, fake_llm
+from tests.support import databases
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return databases.sqlite_template(tmp_path_factory.mktemp("sqlite-template"))
+
+
+@pytest.fixture(scope="session")
+def _postgres_url() -> Iterator[str]:
+    yield from databases.postgres_database()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, _sqlite_template: Path, tmp_path: Path) -> str:
+    """An empty, migrated database on each backend."""
+    if request.param == "sqlite":
+        return databases.sqlite_copy(_sqlite_template, tmp_path)
+    url: str = request.getfixturevalue("_postgres_url")
+    asyncio.run(databases.truncate_postgres(url))
+    return url
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    async with fake_llm() as server:
+        yield server

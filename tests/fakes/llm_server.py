@@ -1,0 +1,322 @@
+"""A fake language-model server speaking the OpenAI and Anthropic wire formats.
+
+It listens on a real localhost socket and streams real server-sent events, so providers
+are tested through the same HTTP stack they use in production. Tests script what each
+request gets (`Reply`, `Fail`, `Hang`, `FailMidStream`); unscripted requests get
+`Reply(f"reply {k}")`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tests.support.servers import serve
+
+
+@dataclass
+class Reply:
+    text: str
+    pieces: int = 3
+    gate: asyncio.Event | None = None  # the reply waits until the test sets it
+
+
+@dataclass
+class Fail:
+    status: int
+    retry_after: float | None = None
+    message: str = "fake failure"
+
+
+@dataclass
+class Hang:
+    """Accept the request and never answer: the client must time out."""
+
+
+@dataclass
+class FailMidStream:
+    """Stream `text`, then the platform's in-stream error (an overload) instead of an end."""
+
+    text: str
+    message: str = "fake overload"
+
+
+Behaviour = Reply | Fail | Hang | FailMidStream
+
+
+class FakeLLM:
+    def __init__(self) -> None:
+        self.base_url = ""
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.active = 0
+        self.max_active = 0
+        self._script: deque[Behaviour] = deque()
+        self._arrivals = asyncio.Condition()
+        self._closing = asyncio.Event()
+        routes = [
+            Route("/v1/chat/completions", self._openai, methods=["POST"]),
+            Route("/v1/messages", self._anthropic, methods=["POST"]),
+        ]
+        self.app: ASGIApp = _InFlight(self, Starlette(routes=routes))
+
+    @property
+    def openai_base(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def script(self, *behaviours: Behaviour) -> None:
+        self._script.extend(behaviours)
+
+    # The timeout parameter is the agreed API for pipeline tests, hence the noqa.
+    async def wait_for_requests(self, n: int, timeout: float = 10.0) -> None:  # noqa: ASYNC109
+        try:
+            async with asyncio.timeout(timeout), self._arrivals:
+                await self._arrivals.wait_for(lambda: len(self.requests) >= n)
+        except TimeoutError:
+            raise TimeoutError(f"expected {n} requests, got {len(self.requests)}") from None
+
+    async def _openai(self, request: Request) -> Response:
+        behaviour, number, body = await self._arrive(request)
+        return await self._respond(behaviour, _OpenAIWire(str(body.get("model")), number))
+
+    async def _anthropic(self, request: Request) -> Response:
+        behaviour, number, body = await self._arrive(request)
+        return await self._respond(behaviour, _AnthropicWire(str(body.get("model")), number))
+
+    async def _arrive(self, request: Request) -> tuple[Behaviour, int, dict[str, Any]]:
+        body: dict[str, Any] = await request.json()
+        async with self._arrivals:
+            self.requests.append(body)
+            self.headers.append(dict(request.headers))
+            number = len(self.requests)
+            behaviour = self._script.popleft() if self._script else Reply(f"reply {number}")
+            self._arrivals.notify_all()
+        return behaviour, number, body
+
+    async def _respond(self, behaviour: Behaviour, wire: _Wire) -> Response:
+        match behaviour:
+            case Fail(status, retry_after, message):
+                headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
+                return JSONResponse(wire.error(status, message), status, headers=headers)
+            case Hang():
+                await self._closing.wait()
+                return Response(status_code=503)
+            case Reply(text, pieces, gate):
+                if gate is not None:
+                    await self._until(gate)
+                return _event_stream(wire.reply(_split(text, pieces)))
+            case FailMidStream(text, message):
+                return _event_stream(wire.broken(_split(text, 1), message))
+
+    async def _until(self, gate: asyncio.Event) -> None:
+        # Also wake on close, so a test that never opens its gate cannot stall shutdown.
+        waiters = {asyncio.ensure_future(gate.wait()), asyncio.ensure_future(self._closing.wait())}
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def _release(self) -> None:
+        self._closing.set()
+
+
+class _InFlight:
+    """Counts a request as active from arrival until the last byte of its response is sent."""
+
+    def __init__(self, fake: FakeLLM, app: ASGIApp) -> None:
+        self._fake = fake
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        fake = self._fake
+        fake.active += 1
+        fake.max_active = max(fake.max_active, fake.active)
+        finished = False
+
+        async def send_and_count(message: Message) -> None:
+            nonlocal finished
+            await send(message)
+            if _is_last_body(message) and not finished:
+                finished = True
+                fake.active -= 1
+
+        try:
+            await self._app(scope, receive, send_and_count)
+        finally:
+            if not finished:
+                fake.active -= 1
+
+
+def _is_last_body(message: Message) -> bool:
+    return message["type"] == "http.response.body" and not message.get("more_body", False)
+
+
+class _Wire(Protocol):
+    def reply(self, pieces: list[str]) -> list[str]: ...
+    def broken(self, pieces: list[str], message: str) -> list[str]: ...
+    def error(self, status: int, message: str) -> dict[str, Any]: ...
+
+
+@dataclass
+class _OpenAIWire:
+    model: str
+    number: int
+
+    def reply(self, pieces: list[str]) -> list[str]:
+        usage = {
+            "prompt_tokens": 10,
+            "completion_tokens": len(pieces),
+            "total_tokens": 10 + len(pieces),
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+        return [
+            *self._text(pieces),
+            self._chunk({}, finish_reason="stop"),
+            _data({**self._envelope(), "choices": [], "usage": usage}),
+            "data: [DONE]\n\n",
+        ]
+
+    def broken(self, pieces: list[str], message: str) -> list[str]:
+        return [*self._text(pieces), _data(self.error(503, message))]
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+    def _text(self, pieces: list[str]) -> list[str]:
+        opening = self._chunk({"role": "assistant", "content": ""})
+        return [opening, *(self._chunk({"content": piece}) for piece in pieces)]
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        return _data({**self._envelope(), "choices": [choice]})
+
+    def _envelope(self) -> dict[str, Any]:
+        return {
+            "id": f"chatcmpl-fake-{self.number}",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": self.model,
+        }
+
+
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+@dataclass
+class _AnthropicWire:
+    model: str
+    number: int
+
+    def reply(self, pieces: list[str]) -> list[str]:
+        return [
+            *self._text(pieces),
+            _event({"type": "content_block_stop", "index": 0}),
+            _event(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": len(pieces)},
+                }
+            ),
+            _event({"type": "message_stop"}),
+        ]
+
+    def broken(self, pieces: list[str], message: str) -> list[str]:
+        return [*self._text(pieces), _event(self.error(529, message))]
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def _text(self, pieces: list[str]) -> list[str]:
+        deltas = (
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
+            for p in pieces
+        )
+        return [
+            _event({"type": "message_start", "message": self._message()}),
+            _event(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                }
+            ),
+            _event({"type": "ping"}),
+            *(_event(delta) for delta in deltas),
+        ]
+
+    def _message(self) -> dict[str, Any]:
+        return {
+            "id": f"msg_fake_{self.number}",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": self.model,
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 10,
+                "output_tokens": 1,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        }
+
+
+def _data(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"event: {payload['type']}\n{_data(payload)}"
+
+
+def _event_stream(frames: list[str]) -> StreamingResponse:
+    async def body() -> AsyncIterator[str]:
+        for frame in frames:
+            yield frame
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
+def _split(text: str, pieces: int) -> list[str]:
+    if not text:
+        return []
+    size = -(-len(text) // max(pieces, 1))
+    return [text[start : start + size] for start in range(0, len(text), size)]
+
+
+@asynccontextmanager
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    fake = FakeLLM()
+    async with serve(fake.app) as url:
+        fake.base_url = url
+        try:
+            yield fake
+        finally:
+            fake._release()  # lets hanging requests end so the server can shut down

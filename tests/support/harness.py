@@ -1,0 +1,103 @@
+"""A real gateway on a real socket, with its model played by a fake server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from websockets.asyncio.client import ClientConnection, connect
+
+from gateway.app import create_app
+from gateway.clock import Clock
+from gateway.services import Services
+from gateway.settings import Settings
+from tests.fakes.llm_server import FakeLLM
+from tests.support.servers import serve
+
+ADMIN_TOKEN = "test-admin-token-0123456789"
+
+
+def make_settings(database_url: str, data_dir: Path, llm: FakeLLM | None, **extra: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "data_dir": data_dir,
+        "admin_token": ADMIN_TOKEN,
+        "secret_key": "test-secret-key-0123456789abcdef",
+        "llm_retry_base_seconds": 0.01,
+    }
+    if llm is not None:
+        values |= {
+            "llm_provider": "openai",
+            "llm_base_url": llm.openai_base,
+            "llm_api_key": "sk-test-key-that-must-not-leak",
+            "llm_model": "fake-model",
+        }
+    return Settings(_env_file=None, **(values | extra))  # type: ignore[call-arg]
+
+
+@dataclass
+class Gateway:
+    url: str
+    app: FastAPI
+    http: httpx.AsyncClient
+
+    @property
+    def services(self) -> Services:
+        services: Services = self.app.state.services
+        return services
+
+    async def visitor(self) -> tuple[str, str]:
+        response = await self.http.post("/webchat/sessions")
+        assert response.status_code == 201, response.text
+        body = response.json()
+        return body["token"], body["conversation_id"]
+
+    async def send(self, token: str, text: str, client_id: str | None = None) -> httpx.Response:
+        body: dict[str, Any] = {"text": text}
+        if client_id is not None:
+            body["client_id"] = client_id
+        return await self.http.post(
+            "/webchat/messages", json=body, headers={"Authorization": f"Bearer {token}"}
+        )
+
+    async def history(self, token: str, after_seq: int = 0) -> list[dict[str, Any]]:
+        response = await self.http.get(
+            "/webchat/messages",
+            params={"after_seq": after_seq, "limit": 500},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert response.status_code == 200, response.text
+        messages: list[dict[str, Any]] = response.json()["messages"]
+        return messages
+
+    @contextlib.asynccontextmanager
+    async def socket(self, token: str) -> AsyncIterator[ClientConnection]:
+        url = self.url.replace("http", "ws", 1) + f"/webchat/ws?token={token}"
+        async with connect(url) as websocket:
+            yield websocket
+
+
+async def next_frame(websocket: ClientConnection, kind: str | None = None) -> dict[str, Any]:
+    """The next frame (of `kind`, skipping others)."""
+    while True:
+        frame: dict[str, Any] = json.loads(await websocket.recv())
+        if kind is None or frame["type"] == kind:
+            return frame
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(
+    settings: Settings, *, clock: Clock | None = None
+) -> AsyncIterator[Gateway]:
+    app = create_app(settings, clock=clock)
+    async with (
+        serve(app, lifespan="on") as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
+        yield Gateway(url, app, http)

@@ -1,0 +1,21 @@
+"""Waiting for a condition with a deadline, for effects no event announces."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], *, until: Callable[[T], bool], timeout: float = 10.0
+) -> T:
+    """Call `probe` until `until(result)` holds; fail after `timeout` seconds."""
+    async with asyncio.timeout(timeout):
+        while True:
+            result = await probe()
+            if until(result):
+                return result
+            await asyncio.sleep(0.02)

@@ -1,0 +1,35 @@
+"""Run an ASGI app on a real localhost socket inside the test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+
+START_DEADLINE_SECONDS = 10.0
+
+
+@contextlib.asynccontextmanager
+async def serve(app: Any, *, lifespan: str = "off") -> AsyncIterator[str]:
+    """Serve `app` on 127.0.0.1 at a free port; yield its base URL (no trailing slash)."""
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, lifespan=lifespan, log_level="warning", ws="websockets-sansio"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(START_DEADLINE_SECONDS):
+            while not server.started:
+                if task.done():
+                    task.result()  # re-raise the start-up failure
+                    raise RuntimeError("server stopped before it started")
+                await asyncio.sleep(0.005)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, timeout=START_DEADLINE_SECONDS)
