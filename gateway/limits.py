@@ -1,14 +1,14 @@
-"""Refuse request bodies over the configured size before anything reads them."""
+"""Refuse request bodies over the configured size before the app sees any of it.
+
+The body is read here (bodies are small: webhooks and chat messages), so a chunked
+upload that never declares its length is cut off at the limit too.
+"""
 
 from __future__ import annotations
 
 import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-
-class BodyTooLarge(Exception):
-    pass
 
 
 class BodyLimit:
@@ -24,29 +24,30 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self._max:
             await self._refuse(send)
             return
-        seen = 0
-        started = False
-
-        async def counting_receive() -> Message:
-            nonlocal seen
+        chunks: list[bytes] = []
+        size = 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self._max:
-                    raise BodyTooLarge
-            return message
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max:
+                await self._refuse(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
-        try:
-            await self._app(scope, counting_receive, tracking_send)
-        except BodyTooLarge:
-            if started:
-                raise
-            await self._refuse(send)
+        await self._app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps({"detail": f"request body is larger than {self._max} bytes"}).encode()

@@ -22,7 +22,7 @@ from gateway.llm import LLMProvider, Prompt
 from memory.context import clock_context, fit_to_budget, render_live, system_prompt
 from memory.models import Delivery, Role
 from memory.provenance import NOTICE_SOURCE
-from memory.store import NewMessage, Store, StoredMessage
+from memory.store import NewMessage, Store, StoredMessage, TurnState
 from memory.tokens import estimate_tokens
 
 log = structlog.get_logger(__name__)
@@ -111,19 +111,19 @@ class TurnRunner:
         try:
             while not self._closing:
                 self._again.discard(conversation_id)
-                upto = await self._store.unanswered_seq(conversation_id)
-                if upto is None:
+                state = await self._store.load_turn(conversation_id)
+                if state is None:
                     if conversation_id in self._again:
                         continue
                     break
-                await self._turn(conversation_id, upto)
+                await self._turn(state)
         except Exception:
             log.exception("turn loop failed", conversation_id=str(conversation_id))
         finally:
             self._loops.pop(conversation_id, None)
 
-    async def _turn(self, conversation_id: uuid.UUID, upto: int) -> None:
-        state = await self._store.load_turn(conversation_id, upto)
+    async def _turn(self, state: TurnState) -> None:
+        conversation_id, upto = state.conversation_id, state.trigger.seq
         system = system_prompt(
             self._persona, clock_context(self._clock.now(), state.timezone, state.previous_at)
         )

@@ -85,6 +85,8 @@ class TurnState:
     conversation_id: uuid.UUID
     timezone: str
     live: tuple[StoredMessage, ...]
+    # The newest unanswered user message: the turn answers up to its seq, and the
+    # reply goes out on its channel.
     trigger: StoredMessage
     # When the message before this turn's new messages was sent (None: nothing before).
     previous_at: datetime | None
@@ -332,17 +334,6 @@ class Store:
 
     # -- turns ------------------------------------------------------------------------
 
-    async def unanswered_seq(self, conversation_id: uuid.UUID) -> int | None:
-        """The newest user seq that no turn has answered yet, or None."""
-        query = select(Conversation.last_user_seq, Conversation.answered_seq).where(
-            Conversation.id == conversation_id
-        )
-        async with self._sessions() as session:
-            row = (await session.execute(query)).one_or_none()
-        if row is None or row[0] <= row[1]:
-            return None
-        return int(row[0])
-
     async def conversations_owing_reply(self) -> list[uuid.UUID]:
         query = select(Conversation.id).where(
             Conversation.last_user_seq > Conversation.answered_seq
@@ -350,28 +341,30 @@ class Store:
         async with self._sessions() as session:
             return list((await session.scalars(query)).all())
 
-    async def load_turn(self, conversation_id: uuid.UUID, upto_seq: int) -> TurnState:
-        """The live window up to `upto_seq`, the message that triggers the turn and the
-        time of the last message before the turn's unanswered ones."""
+    async def load_turn(self, conversation_id: uuid.UUID) -> TurnState | None:
+        """The live window, what the turn answers (every user message after the last
+        answered one) and when the message before those was sent; None if nothing is
+        unanswered."""
         async with self._sessions() as session:
-            answered, timezone = (
+            answered, last_user, timezone = (
                 await session.execute(
-                    select(Conversation.answered_seq, User.timezone)
+                    select(Conversation.answered_seq, Conversation.last_user_seq, User.timezone)
                     .outerjoin(User, User.id == Conversation.user_id)
                     .where(Conversation.id == conversation_id)
                 )
             ).one()
+            if last_user <= answered:
+                return None
             rows = await session.execute(
                 select(*_MESSAGE_COLUMNS)
-                .where(
-                    Message.conversation_id == conversation_id,
-                    Message.chunk_id.is_(None),
-                    Message.seq <= upto_seq,
-                )
+                .where(Message.conversation_id == conversation_id, Message.chunk_id.is_(None))
                 .order_by(Message.seq)
             )
             live = tuple(_view(row) for row in rows)
-            first_new = next(m for m in live if m.role is Role.USER and m.seq > answered)
+            unanswered = [m for m in live if m.role is Role.USER and m.seq > answered]
+            if not unanswered:
+                return None
+            first_new = unanswered[0]
             earlier = [m for m in live if m.seq < first_new.seq]
             previous_at = earlier[-1].sent_at if earlier else None
             if previous_at is None and first_new.seq > 1:
@@ -382,8 +375,7 @@ class Store:
                     .order_by(Message.seq.desc())
                     .limit(1)
                 )
-        trigger = next(m for m in reversed(live) if m.role is Role.USER)
-        return TurnState(conversation_id, timezone or "UTC", live, trigger, previous_at)
+        return TurnState(conversation_id, timezone or "UTC", live, unanswered[-1], previous_at)
 
     # -- conversations ----------------------------------------------------------------
 

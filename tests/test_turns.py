@@ -69,3 +69,127 @@ async def test_client_ids_are_scoped_to_their_visitor(
         assert a.json()["message"]["text"] == "from alice"
         assert b.json()["message"]["text"] == "from bob"
         assert len(llm.requests) == 2
+
+
+async def _wait_for_user_messages(gw: Gateway, token: str, count: int) -> None:
+    await eventually(
+        lambda: gw.history(token),
+        until=lambda messages: sum(m["role"] == "user" for m in messages) >= count,
+    )
+
+
+async def test_messages_sent_during_a_turn_are_answered_together(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    gate = asyncio.Event()
+    llm.script(Reply("first answer", gate=gate), Reply("one answer for three"))
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        first = asyncio.create_task(gw.send(token, "first"))
+        await llm.wait_for_requests(1)
+        burst = [asyncio.create_task(gw.send(token, text)) for text in ("two", "three", "four")]
+        await _wait_for_user_messages(gw, token, 4)
+        gate.set()
+        responses = [await first] + [await task for task in burst]
+
+    assert len(llm.requests) == 2
+    assert llm.max_active == 1
+    assert responses[0].json()["reply"]["text"] == "first answer"
+    later_replies = {r.json()["reply"]["seq"] for r in responses[1:]}
+    assert len(later_replies) == 1
+    second_call = _user_texts(llm.requests[1])
+    for text in ("two", "three", "four"):
+        assert any(text in content for content in second_call), text
+    assert [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "assistant"] == [
+        "first answer"
+    ]
+
+
+async def test_concurrent_messages_get_ordered_turns_that_never_overlap(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        a, b = await asyncio.gather(gw.send(token, "alpha"), gw.send(token, "beta"))
+        history = await gw.history(token)
+
+    assert llm.max_active == 1
+    assert {a.json()["message"]["seq"], b.json()["message"]["seq"]} == {1, 2}
+    for response in (a, b):
+        body = response.json()
+        assert body["reply"]["seq"] > body["message"]["seq"]
+    # Every call sees all earlier replies: turns ran one after the other.
+    for index, request in enumerate(llm.requests):
+        assistant = [m for m in request["messages"] if m["role"] == "assistant"]
+        assert len(assistant) == index
+    assert [m["seq"] for m in history] == list(range(1, len(history) + 1))
+
+
+async def test_system_prompt_is_byte_identical_for_every_call_in_a_turn(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Fail(503), Fail(500), Reply("finally"))
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        response = await gw.send(token, "are you there?")
+
+    assert response.json()["reply"]["text"] == "finally"
+    assert len(llm.requests) == 3
+    systems = {_system(request).encode() for request in llm.requests}
+    assert len(systems) == 1
+
+
+async def test_clock_context_uses_the_users_zone_and_names_long_gaps(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    clock = ManualClock(datetime(2026, 3, 10, 9, 15, tzinfo=UTC))
+    settings = make_settings(database_url, tmp_path, llm, default_timezone="Europe/Berlin")
+    async with running_gateway(settings, clock=clock) as gw:
+        token, _ = await gw.visitor()
+        await gw.send(token, "morning")
+        clock.advance(timedelta(hours=2))
+        await gw.send(token, "still here")
+        clock.advance(timedelta(days=3, hours=4))
+        await gw.send(token, "back again")
+
+    first, soon, later = (_system(request) for request in llm.requests)
+    assert "Tuesday, 10 March 2026, 10:15 (Europe/Berlin, UTC+01:00)" in first
+    assert "It has been" not in first
+    assert "It has been" not in soon
+    assert "Friday, 13 March 2026, 16:15 (Europe/Berlin, UTC+01:00)" in later
+    assert "It has been 3 days and 4 hours since the previous message" in later
+
+
+async def test_model_errors_leave_a_notice_and_the_next_turn_answers(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Fail(500), Fail(500), Fail(500), Reply("back to normal"))
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        failed = (await gw.send(token, "question one")).json()
+        recovered = (await gw.send(token, "question two")).json()
+        history = await gw.history(token)
+
+    assert failed["message"]["text"] == "question one"
+    assert failed["reply"]["role"] == "event"
+    assert "couldn't reach the language model" in failed["reply"]["text"]
+    assert recovered["reply"] == history[-1]
+    assert recovered["reply"]["text"] == "back to normal"
+    assert [m["text"] for m in history if m["role"] == "user"] == ["question one", "question two"]
+    last_call = _user_texts(llm.requests[-1])
+    assert any("question one" in c for c in last_call)
+    assert all("couldn't reach" not in c for c in last_call)
+
+
+async def test_model_timeout_leaves_a_notice(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script(Hang(), Reply("after the hang"))
+    settings = make_settings(
+        database_url, tmp_path, llm, llm_timeout_seconds=0.3, llm_max_retries=0
+    )
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        timed_out = (await gw.send(token, "hello?")).json()
+        answered = (await gw.send(token, "hello again")).json()
+
+    assert timed_out["reply"]["role"] == "event"
+    assert answered["reply"]["text"] == "after the hang"

@@ -79,14 +79,26 @@ class _ChunkDecoder:
                 detail=error_message(chunk) or str(chunk["error"]),
                 retryable=False,
             )
+        # Some compatible servers close the stream after the finishing chunk without
+        # `[DONE]`; a finish_reason is as good an end marker.
+        if _finish_reason(chunk):
+            self.finished = True
         return _delta_text(chunk)
 
 
-def _delta_text(chunk: dict[str, Any]) -> str:
+def _first_choice(chunk: dict[str, Any]) -> dict[str, Any]:
     choices = chunk.get("choices")
     # The final usage chunk has no choices.
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return ""
-    delta = choices[0].get("delta")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return {}
+
+
+def _delta_text(chunk: dict[str, Any]) -> str:
+    delta = _first_choice(chunk).get("delta")
     content = delta.get("content") if isinstance(delta, dict) else None
     return content if isinstance(content, str) else ""
+
+
+def _finish_reason(chunk: dict[str, Any]) -> bool:
+    return bool(_first_choice(chunk).get("finish_reason"))

@@ -1,0 +1,120 @@
+"""The two apps the turn-overhead benchmark compares, and the fake model it uses.
+
+(a) `baseline_app`: a bare FastAPI endpoint that stores one message-shaped row with
+    one INSERT (through the same engine factory and table as the gateway) and commits.
+(b) `gateway_app`: the real gateway from `create_app`, its model replaced by
+    `ZeroLatencyLLM`, so a web chat turn costs only what the gateway itself does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.app import create_app
+from gateway.llm import Prompt
+from gateway.settings import Settings
+from memory.db import create_engine, session_factory
+from memory.models import Conversation, ConversationKind, Message, Role, utcnow
+
+BASELINE_PATH = "/bench/messages"
+GATEWAY_PATH = "/webchat/messages"
+REPLY = "ok, noted."
+SECRET_KEY = "bench-secret-key-0123456789abcdef"
+
+
+class ZeroLatencyLLM:
+    """A model that answers at once with a short fixed reply, without any network."""
+
+    name = "zero-latency"
+
+    async def stream(self, prompt: Prompt) -> AsyncIterator[str]:
+        yield REPLY
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+def gateway_settings(database_url: str, data_dir: Path) -> Settings:
+    return Settings(
+        _env_file=None,
+        database_url=database_url,
+        data_dir=data_dir,
+        secret_key=SECRET_KEY,
+    )
+
+
+def gateway_app(database_url: str, data_dir: Path) -> FastAPI:
+    return create_app(gateway_settings(database_url, data_dir), llm=ZeroLatencyLLM())
+
+
+class BaselineIn(BaseModel):
+    """The same body the web chat endpoint takes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1)
+    client_id: str | None = None
+
+
+class BaselineOut(BaseModel):
+    id: int
+    seq: int
+
+
+def baseline_app(database_url: str) -> FastAPI:
+    """One POST endpoint: one INSERT into `messages`, one commit, a small JSON answer."""
+    engine: AsyncEngine = create_engine(database_url)
+    sessions = session_factory(engine)
+    conversation_id = uuid.uuid4()
+    # One server process, one event loop: a plain counter gives unique seqs.
+    seqs = itertools.count(1)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # The schema is migrated by the benchmark before any server starts.
+        async with sessions() as session:
+            session.add(
+                Conversation(
+                    id=conversation_id,
+                    kind=ConversationKind.GROUP,
+                    channel="bench",
+                    group_id=conversation_id.hex,
+                    title="baseline",
+                )
+            )
+            await session.commit()
+        try:
+            yield
+        finally:
+            await engine.dispose()
+
+    app = FastAPI(title="Parley bench baseline", lifespan=lifespan)
+
+    @app.post(BASELINE_PATH)
+    async def store(body: BaselineIn) -> BaselineOut:
+        message = Message(
+            conversation_id=conversation_id,
+            seq=next(seqs),
+            role=Role.USER,
+            channel="bench",
+            author_name="Bench",
+            text=body.text,
+            platform_message_id=body.client_id,
+            created_at=utcnow(),
+            token_count=0,
+            delivery_attempts=0,
+        )
+        async with sessions() as session:
+            session.add(message)
+            await session.commit()
+        return BaselineOut(id=message.id, seq=message.seq)
+
+    return app

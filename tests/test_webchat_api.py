@@ -1,0 +1,184 @@
+"""Web chat API contract: bad input is refused clearly and stores nothing; the socket
+streams, acknowledges and resumes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.fakes.llm_server import FakeLLM, Reply
+from tests.support.harness import next_frame, running_gateway, make_settings
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "detail"),
+    [
+        pytest.param(b'{"text": "hi"', {}, 422, "JSON", id="malformed-json"),
+        pytest.param(b'["text"]', {}, 422, "", id="not-an-object"),
+        pytest.param(b'{"text": ""}', {}, 422, "", id="empty-text"),
+        pytest.param(b'{"text": "   "}', {}, 422, "empty", id="blank-text"),
+        pytest.param(b'{"text": "x" ,"extra": 1}', {}, 422, "", id="unknown-field"),
+        pytest.param(b'{"text": "hi", "client_id": "a b"}', {}, 422, "", id="bad-client-id"),
+        pytest.param(b'{"text": "' + b"x" * 5000 + b'"}', {}, 413, "larger than", id="oversized"),
+        pytest.param(b'{"text": "' + b"y" * 1500 + b'"}', {}, 422, "longer than", id="too-long"),
+        pytest.param(b'{"text": "hi"}', {"Authorization": "Bearer nope"}, 401, "token", id="bad-token"),
+        pytest.param(b'{"text": "hi"}', {"Authorization": "wc1.a.b"}, 401, "Bearer", id="no-scheme"),
+        pytest.param(
+            b'{"text": "hi"}', {"Authorization": "Bearer wc1.abc.forged"}, 401, "invalid", id="forged"
+        ),
+    ],
+)
+async def test_bad_requests_get_a_clear_4xx_and_store_nothing(
+    database_url: str,
+    tmp_path: Path,
+    llm: FakeLLM,
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+    detail: str,
+) -> None:
+    settings = make_settings(
+        database_url, tmp_path, llm, max_body_bytes=4096, max_message_chars=1000
+    )
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        response = await gw.http.post(
+            "/webchat/messages",
+            content=body,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+            | headers,
+        )
+        assert response.status_code == status, response.text
+        assert detail in response.text
+        assert await gw.history(token) == []
+    assert llm.requests == []
+
+
+async def test_chunked_oversized_body_is_refused(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async def chunks() -> object:
+        for _ in range(10):
+            yield b"x" * 1024
+
+    settings = make_settings(database_url, tmp_path, llm, max_body_bytes=4096)
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        response = await gw.http.post(
+            "/webchat/messages",
+            content=chunks(),  # type: ignore[arg-type]
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        assert response.status_code == 413
+        assert await gw.history(token) == []
+
+
+async def test_history_pages_by_seq(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        for text in ("one", "two"):
+            await gw.send(token, text)
+        response = await gw.http.get(
+            "/webchat/messages",
+            params={"after_seq": 1, "limit": 2},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert [m["seq"] for m in response.json()["messages"]] == [2, 3]
+        bad = await gw.http.get(
+            "/webchat/messages",
+            params={"after_seq": -1},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert bad.status_code == 422
+
+
+async def test_socket_acks_streams_and_delivers_the_reply(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Reply("streamed in pieces", pieces=3))
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        async with gw.socket(token) as ws:
+            await ws.send('{"type": "message", "text": "hi socket", "client_id": "k1"}')
+            ack = await next_frame(ws, "ack")
+            frames = [await next_frame(ws) for _ in range(5)]
+
+    assert ack == {"type": "ack", "client_id": "k1", "seq": 1}
+    assert frames[0]["type"] == "message"
+    assert frames[0]["seq"] == 1
+    assert frames[0]["text"] == "hi socket"
+    deltas = [f["text"] for f in frames[1:4]]
+    assert all(f["type"] == "delta" for f in frames[1:4])
+    assert "".join(deltas) == "streamed in pieces"
+    assert frames[4] | {"created_at": ""} == {
+        "type": "message",
+        "seq": 2,
+        "role": "assistant",
+        "text": "streamed in pieces",
+        "channel": "webchat",
+        "created_at": "",
+    }
+
+
+async def test_socket_resumes_after_a_reconnect_without_gaps(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        for text in ("one", "two", "three"):
+            await gw.send(token, text)
+        async with gw.socket(token) as ws:
+            await ws.send('{"type": "resume", "after_seq": 2}')
+            seqs = [(await next_frame(ws, "message"))["seq"] for _ in range(4)]
+            # A message sent elsewhere while the socket is open arrives live, in order.
+            await gw.send(token, "four")
+            seqs += [(await next_frame(ws, "message"))["seq"] for _ in range(2)]
+
+    assert seqs == [3, 4, 5, 6, 7, 8]
+
+
+async def test_socket_rejects_bad_frames_and_keeps_going(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        async with gw.socket(token) as ws:
+            for raw in ("not json", '{"type": "dance"}', '{"type": "message", "text": " "}'):
+                await ws.send(raw)
+                error = await next_frame(ws)
+                assert error["type"] == "error", error
+                assert error["detail"]
+            await ws.send('{"type": "message", "text": "fine"}')
+            assert (await next_frame(ws, "ack"))["seq"] == 1
+        assert [m["text"] for m in await gw.history(token)][:1] == ["fine"]
+
+
+async def test_socket_with_a_bad_token_is_closed(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        async with gw.socket("wc1.someone.forged") as ws:
+            error = await next_frame(ws)
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 5)
+    assert error["code"] == "unauthorized"
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4401
+
+
+async def test_tokens_survive_a_restart_and_only_open_their_own_conversation(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm)
+    async with running_gateway(settings) as gw:
+        alice, alice_conversation = await gw.visitor()
+        bob, _ = await gw.visitor()
+        await gw.send(alice, "alice's secret")
+    async with running_gateway(settings) as gw:
+        assert [m["text"] for m in await gw.history(alice)][0] == "alice's secret"
+        assert await gw.history(bob) == []
+        session = await gw.http.post("/webchat/sessions")
+        assert session.json()["conversation_id"] != alice_conversation
