@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.fakes.llm_server import Fail, FakeLLM, Hang, Reply
 from tests.support.clock import ManualClock
-from tests.support.harness import Gateway, running_gateway, make_settings
+from tests.support.harness import Gateway, make_settings, running_gateway
 from tests.support.polling import eventually
 
 
@@ -26,13 +26,17 @@ def _user_texts(request: dict[str, Any]) -> list[str]:
 
 async def test_message_gets_a_stored_reply(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
-        token, conversation_id = await gw.visitor()
+        token, _ = await gw.visitor()
         response = await gw.send(token, "hello there")
 
         assert response.status_code == 200, response.text
         body = response.json()
         assert body["message"] | {"created_at": None} == {
-            "seq": 1, "role": "user", "text": "hello there", "channel": "webchat", "created_at": None
+            "seq": 1,
+            "role": "user",
+            "text": "hello there",
+            "channel": "webchat",
+            "created_at": None,
         }
         assert body["reply"]["seq"] == 2
         assert body["reply"]["role"] == "assistant"
@@ -181,7 +185,9 @@ async def test_model_errors_leave_a_notice_and_the_next_turn_answers(
     assert all("couldn't reach" not in c for c in last_call)
 
 
-async def test_model_timeout_leaves_a_notice(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
+async def test_model_timeout_leaves_a_notice(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
     llm.script(Hang(), Reply("after the hang"))
     settings = make_settings(
         database_url, tmp_path, llm, llm_timeout_seconds=0.3, llm_max_retries=0

@@ -10,7 +10,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from tests.fakes.llm_server import FakeLLM, Reply
-from tests.support.harness import next_frame, running_gateway, make_settings
+from tests.support.harness import make_settings, next_frame, running_gateway
 
 
 @pytest.mark.parametrize(
@@ -24,10 +24,18 @@ from tests.support.harness import next_frame, running_gateway, make_settings
         pytest.param(b'{"text": "hi", "client_id": "a b"}', {}, 422, "", id="bad-client-id"),
         pytest.param(b'{"text": "' + b"x" * 5000 + b'"}', {}, 413, "larger than", id="oversized"),
         pytest.param(b'{"text": "' + b"y" * 1500 + b'"}', {}, 422, "longer than", id="too-long"),
-        pytest.param(b'{"text": "hi"}', {"Authorization": "Bearer nope"}, 401, "token", id="bad-token"),
-        pytest.param(b'{"text": "hi"}', {"Authorization": "wc1.a.b"}, 401, "Bearer", id="no-scheme"),
         pytest.param(
-            b'{"text": "hi"}', {"Authorization": "Bearer wc1.abc.forged"}, 401, "invalid", id="forged"
+            b'{"text": "hi"}', {"Authorization": "Bearer nope"}, 401, "token", id="bad-token"
+        ),
+        pytest.param(
+            b'{"text": "hi"}', {"Authorization": "wc1.a.b"}, 401, "Bearer", id="no-scheme"
+        ),
+        pytest.param(
+            b'{"text": "hi"}',
+            {"Authorization": "Bearer wc1.abc.forged"},
+            401,
+            "invalid",
+            id="forged",
         ),
     ],
 )
@@ -159,11 +167,11 @@ async def test_socket_rejects_bad_frames_and_keeps_going(
 async def test_socket_with_a_bad_token_is_closed(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
-        async with gw.socket("wc1.someone.forged") as ws:
-            error = await next_frame(ws)
-            with pytest.raises(ConnectionClosed) as closed:
-                await asyncio.wait_for(ws.recv(), 5)
+    settings = make_settings(database_url, tmp_path, llm)
+    async with running_gateway(settings) as gw, gw.socket("wc1.someone.forged") as ws:
+        error = await next_frame(ws)
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 5)
     assert error["code"] == "unauthorized"
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4401
@@ -178,7 +186,7 @@ async def test_tokens_survive_a_restart_and_only_open_their_own_conversation(
         bob, _ = await gw.visitor()
         await gw.send(alice, "alice's secret")
     async with running_gateway(settings) as gw:
-        assert [m["text"] for m in await gw.history(alice)][0] == "alice's secret"
+        assert (await gw.history(alice))[0]["text"] == "alice's secret"
         assert await gw.history(bob) == []
         session = await gw.http.post("/webchat/sessions")
         assert session.json()["conversation_id"] != alice_conversation

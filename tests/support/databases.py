@@ -7,6 +7,7 @@ where a missing server fails the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import uuid
@@ -86,3 +87,18 @@ async def truncate_postgres(url: str) -> None:
             await connection.execute(text(f"TRUNCATE {tables} CASCADE"))
     finally:
         await engine.dispose()
+
+
+@contextlib.contextmanager
+def empty_postgres_database() -> Iterator[str]:
+    """A Postgres database with no schema at all, dropped afterwards."""
+    name = f"parley_empty_{uuid.uuid4().hex[:12]}"
+    try:
+        asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        require_service("PostgreSQL", exc)
+    base = POSTGRES_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

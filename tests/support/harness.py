@@ -38,7 +38,7 @@ def make_settings(database_url: str, data_dir: Path, llm: FakeLLM | None, **extr
             "llm_api_key": "sk-test-key-that-must-not-leak",
             "llm_model": "fake-model",
         }
-    return Settings(_env_file=None, **(values | extra))  # type: ignore[call-arg]
+    return Settings(_env_file=None, **(values | extra))
 
 
 @dataclass

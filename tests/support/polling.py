@@ -10,10 +10,10 @@ T = TypeVar("T")
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T]], *, until: Callable[[T], bool], timeout: float = 10.0
+    probe: Callable[[], Awaitable[T]], *, until: Callable[[T], bool], seconds: float = 10.0
 ) -> T:
-    """Call `probe` until `until(result)` holds; fail after `timeout` seconds."""
-    async with asyncio.timeout(timeout):
+    """Call `probe` until `until(result)` holds; fail after `seconds`."""
+    async with asyncio.timeout(seconds):
         while True:
             result = await probe()
             if until(result):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -13,10 +13,15 @@ START_DEADLINE_SECONDS = 10.0
 
 
 @contextlib.asynccontextmanager
-async def serve(app: Any, *, lifespan: str = "off") -> AsyncIterator[str]:
+async def serve(app: Any, *, lifespan: Literal["on", "off"] = "off") -> AsyncIterator[str]:
     """Serve `app` on 127.0.0.1 at a free port; yield its base URL (no trailing slash)."""
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, lifespan=lifespan, log_level="warning", ws="websockets-sansio"
+        app,
+        host="127.0.0.1",
+        port=0,
+        lifespan=lifespan,
+        log_level="warning",
+        ws="websockets-sansio",
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

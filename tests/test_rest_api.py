@@ -1,0 +1,76 @@
+"""Operator REST API and probes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.fakes.llm_server import FakeLLM
+from tests.support.harness import ADMIN_TOKEN, make_settings, running_gateway
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+async def test_rest_api_is_off_without_an_admin_token(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm, admin_token=None)
+    async with running_gateway(settings) as gw:
+        response = await gw.http.get("/api/v1/sessions", headers=ADMIN)
+    assert response.status_code == 503
+    assert "PARLEY_ADMIN_TOKEN" in response.json()["detail"]
+
+
+async def test_rest_api_refuses_wrong_tokens(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": ADMIN_TOKEN}):
+            response = await gw.http.get("/api/v1/sessions", headers=headers)
+            assert response.status_code == 401, headers
+            assert ADMIN_TOKEN not in response.text
+
+
+async def test_sessions_and_their_messages(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, conversation_id = await gw.visitor()
+        await gw.send(token, "for the operator")
+        await gw.visitor()  # a second, empty session
+
+        listing = (await gw.http.get("/api/v1/sessions", headers=ADMIN)).json()
+        first = (
+            await gw.http.get(
+                f"/api/v1/sessions/{conversation_id}/messages",
+                params={"limit": 1},
+                headers=ADMIN,
+            )
+        ).json()
+        rest = (
+            await gw.http.get(
+                f"/api/v1/sessions/{conversation_id}/messages",
+                params={"after_seq": first["next_after_seq"]},
+                headers=ADMIN,
+            )
+        ).json()
+        missing = await gw.http.get(
+            "/api/v1/sessions/00000000-0000-0000-0000-000000000000/messages", headers=ADMIN
+        )
+
+    assert listing["sessions"][0]["id"] == conversation_id
+    assert len(listing["sessions"]) == 2
+    assert listing["sessions"][0]["message_count"] == 2
+    assert [m["text"] for m in first["messages"]] == ["for the operator"]
+    assert [m["role"] for m in rest["messages"]] == ["assistant"]
+    assert rest["messages"][0]["delivery"] == "sent"
+    assert rest["next_after_seq"] is None
+    assert missing.status_code == 404
+
+
+async def test_probes(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        health = await gw.http.get("/healthz")
+        ready = await gw.http.get("/readyz")
+        docs = await gw.http.get("/openapi.json")
+    assert health.json() == {"status": "ok"}
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready"}
+    assert "/webchat/messages" in docs.json()["paths"]
