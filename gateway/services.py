@@ -9,6 +9,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.clock import Clock, SystemClock
+from gateway.commands import Commands
 from gateway.connector import Connector, enabled_connectors
 from gateway.core import Core
 from gateway.errors import SchemaOutOfDate
@@ -34,6 +35,7 @@ class Services:
     hub: Hub
     core: Core
     runner: TurnRunner
+    commands: Commands
     llm: LLMProvider
     connectors: list[Connector]
 
@@ -46,6 +48,7 @@ class Services:
         engine = create_engine(settings.resolved_database_url)
         store = Store(session_factory(engine))
         hub = Hub()
+        commands = Commands()
         llm = llm or build_provider(settings)
         core = Core(store=store, hub=hub, clock=clock, default_timezone=settings.default_timezone)
         runner = TurnRunner(
@@ -56,10 +59,11 @@ class Services:
             persona=load_persona(settings.persona_file),
             limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
             deliver=core.deliver,
+            commands=commands,
         )
         connectors = enabled_connectors(core, settings)
         core.attach(runner, {connector.channel: connector for connector in connectors})
-        return cls(settings, engine, store, hub, core, runner, llm, connectors)
+        return cls(settings, engine, store, hub, core, runner, commands, llm, connectors)
 
     async def open(self) -> None:
         await prepare_schema(self.engine, migrate_embedded=self.settings.is_sqlite)

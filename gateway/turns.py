@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import structlog
 
 from gateway.clock import Clock
+from gateway.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.errors import LLMError
 from gateway.hub import DeltaEvent, Hub
 from gateway.llm import LLMProvider, Prompt
@@ -34,13 +36,39 @@ MODEL_DOWN_NOTICE = (
 
 # Deliver a stored reply; the second argument is the message that started the turn.
 Deliver = Callable[[StoredMessage, StoredMessage], Awaitable[None]]
-AfterTurn = Callable[[uuid.UUID], Awaitable[None]]
+
+
+class TurnMemory(Protocol):
+    """What the archive does around a turn."""
+
+    async def before_turn(self, conversation_id: uuid.UUID) -> str:
+        """Apply finished archive work; return the timeline for the system prompt."""
+        ...
+
+    async def after_turn(self, conversation_id: uuid.UUID) -> None:
+        """Cut chunks if the live window outgrew its limit (never waits for summaries)."""
+        ...
+
+
+class NoMemory:
+    async def before_turn(self, conversation_id: uuid.UUID) -> str:
+        return ""
+
+    async def after_turn(self, conversation_id: uuid.UUID) -> None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
 class TurnLimits:
     context_tokens: int
     max_reply_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    text: str
+    role: Role = Role.ASSISTANT
+    source: str | None = None
 
 
 class TurnRunner:
@@ -54,7 +82,8 @@ class TurnRunner:
         persona: str,
         limits: TurnLimits,
         deliver: Deliver,
-        after_turn: AfterTurn | None = None,
+        commands: Commands | None = None,
+        memory: TurnMemory | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -63,7 +92,8 @@ class TurnRunner:
         self._persona = persona
         self._limits = limits
         self._deliver = deliver
-        self._after_turn = after_turn
+        self._commands = commands or Commands()
+        self._memory = memory or NoMemory()
         self._loops: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._again: set[uuid.UUID] = set()
         self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage]]]] = {}
@@ -111,50 +141,51 @@ class TurnRunner:
         try:
             while not self._closing:
                 self._again.discard(conversation_id)
+                timeline = await self._memory.before_turn(conversation_id)
                 state = await self._store.load_turn(conversation_id)
                 if state is None:
                     if conversation_id in self._again:
                         continue
                     break
-                await self._turn(state)
+                await self._step(state, timeline)
         except Exception:
             log.exception("turn loop failed", conversation_id=str(conversation_id))
         finally:
             self._loops.pop(conversation_id, None)
 
-    async def _turn(self, state: TurnState) -> None:
-        conversation_id, upto = state.conversation_id, state.trigger.seq
-        system = system_prompt(
-            self._persona, clock_context(self._clock.now(), state.timezone, state.previous_at)
-        )
+    async def _step(self, state: TurnState, timeline: str) -> None:
+        """Answer the first command, or every message before the first command."""
+        invocations = [self._commands.parse(m) for m in state.unanswered]
+        if invocations[0] is not None:
+            await self._finish(state, invocations[0].message, await self._command(invocations[0]))
+            return
+        count = next((i for i, inv in enumerate(invocations) if inv is not None), len(invocations))
+        answered = state.unanswered[:count]
+        upto = answered[-1].seq
+        # Later user messages (after a command) belong to later turns.
+        live = tuple(m for m in state.live if m.role is not Role.USER or m.seq <= upto)
+        state = replace(state, live=live, unanswered=answered)
+        await self._finish(state, answered[-1], await self._model(state, timeline))
+        await self._memory.after_turn(state.conversation_id)
+
+    async def _command(self, invocation: Invocation) -> _Answer:
+        return _Answer(await self._commands.run(invocation), Role.EVENT, COMMAND_SOURCE)
+
+    async def _model(self, state: TurnState, timeline: str) -> _Answer:
+        clock = clock_context(self._clock.now(), state.timezone, state.previous_at)
+        system = system_prompt(self._persona, clock, timeline)
         budget = (
             self._limits.context_tokens - self._limits.max_reply_tokens - estimate_tokens(system)
         )
-        turns = fit_to_budget(render_live(state.live, state.timezone), budget)
+        turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens)
-        role, source = Role.ASSISTANT, None
         try:
-            text = await self._generate(conversation_id, prompt)
+            return _Answer(await self._generate(state.conversation_id, prompt))
         except LLMError as exc:
-            log.warning("model unavailable", conversation_id=str(conversation_id), error=str(exc))
-            role, source, text = Role.EVENT, NOTICE_SOURCE, MODEL_DOWN_NOTICE
-        reply, _ = await self._store.add_message(
-            conversation_id,
-            NewMessage(
-                role=role,
-                channel=state.trigger.channel,
-                text=text,
-                source=source,
-                reply_to_seq=upto,
-                delivery=Delivery.PENDING,
-            ),
-            now=self._clock.now(),
-        )
-        self._hub.message(reply)
-        self._resolve(conversation_id, upto, reply)
-        await self._deliver(reply, state.trigger)
-        if self._after_turn is not None:
-            await self._after_turn(conversation_id)
+            log.warning(
+                "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)
+            )
+            return _Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE)
 
     async def _generate(self, conversation_id: uuid.UUID, prompt: Prompt) -> str:
         pieces: list[str] = []
@@ -165,6 +196,24 @@ class TurnRunner:
         if not text:
             raise LLMError("the model returned an empty reply")
         return text
+
+    async def _finish(self, state: TurnState, trigger: StoredMessage, answer: _Answer) -> None:
+        """Store the answer as the reply to everything up to `trigger`, then deliver it."""
+        reply, _ = await self._store.add_message(
+            state.conversation_id,
+            NewMessage(
+                role=answer.role,
+                channel=trigger.channel,
+                text=answer.text,
+                source=answer.source,
+                reply_to_seq=trigger.seq,
+                delivery=Delivery.PENDING,
+            ),
+            now=self._clock.now(),
+        )
+        self._hub.message(reply)
+        self._resolve(state.conversation_id, trigger.seq, reply)
+        await self._deliver(reply, trigger)
 
     def _resolve(self, conversation_id: uuid.UUID, upto: int, reply: StoredMessage) -> None:
         waiters = self._waiters.pop(conversation_id, [])

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from memory.models import Role
-from memory.provenance import NOTICE_SOURCE, label
+from memory.provenance import COMMAND_SOURCE, from_gateway, label
 from memory.store import StoredMessage
 from memory.tokens import TokenCounter, estimate_tokens
 
@@ -97,9 +97,11 @@ def render_live(
     tz = zone(timezone)
     turns: list[ChatTurn] = []
     previous: datetime | None = None
+    # Commands and the gateway's answers to them are not dialogue either.
+    commands = {m.reply_to_seq for m in messages if m.source == COMMAND_SOURCE}
     for message in messages:
-        if message.source == NOTICE_SOURCE:
-            continue  # said to the user about the gateway, not part of the dialogue
+        if from_gateway(message.source) or message.seq in commands:
+            continue
         sent = message.sent_at
         show_time = previous is None or sent - previous > SHOW_TIME_AFTER
         previous = sent

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     ForeignKey,
     Index,
@@ -21,6 +22,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     Uuid,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -156,6 +158,13 @@ class Chunk(Base):
     parent_id: Mapped[int | None] = mapped_column(
         ForeignKey("chunks.id", ondelete="SET NULL"), index=True
     )
+    # Level 0: its messages left the live window and it shows in the timeline. Set in
+    # the same transaction that moves the messages (the swap at a turn's start).
+    in_timeline: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # A worker holds the chunk until then; the database, not the queue, says who works.
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    user_notified: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 

@@ -15,6 +15,12 @@ _LOOKS_LIKE_HEADER = re.compile(
 )
 
 NOTICE_SOURCE = "gateway notice"
+COMMAND_SOURCE = "gateway command"
+
+
+def from_gateway(source: str | None) -> bool:
+    """Said by the gateway to the person (notices, command answers), not dialogue."""
+    return source in (NOTICE_SOURCE, COMMAND_SOURCE)
 
 
 def escape_typed(text: str) -> str:

@@ -84,10 +84,10 @@ class TurnState:
 
     conversation_id: uuid.UUID
     timezone: str
+    group: bool
     live: tuple[StoredMessage, ...]
-    # The newest unanswered user message: the turn answers up to its seq, and the
-    # reply goes out on its channel.
-    trigger: StoredMessage
+    # User messages after the last answered one, oldest first (never empty).
+    unanswered: tuple[StoredMessage, ...]
     # When the message before this turn's new messages was sent (None: nothing before).
     previous_at: datetime | None
 
@@ -346,9 +346,14 @@ class Store:
         answered one) and when the message before those was sent; None if nothing is
         unanswered."""
         async with self._sessions() as session:
-            answered, last_user, timezone = (
+            answered, last_user, kind, timezone = (
                 await session.execute(
-                    select(Conversation.answered_seq, Conversation.last_user_seq, User.timezone)
+                    select(
+                        Conversation.answered_seq,
+                        Conversation.last_user_seq,
+                        Conversation.kind,
+                        User.timezone,
+                    )
                     .outerjoin(User, User.id == Conversation.user_id)
                     .where(Conversation.id == conversation_id)
                 )
@@ -375,7 +380,14 @@ class Store:
                     .order_by(Message.seq.desc())
                     .limit(1)
                 )
-        return TurnState(conversation_id, timezone or "UTC", live, unanswered[-1], previous_at)
+        return TurnState(
+            conversation_id=conversation_id,
+            timezone=timezone or "UTC",
+            group=kind == ConversationKind.GROUP,
+            live=live,
+            unanswered=tuple(unanswered),
+            previous_at=previous_at,
+        )
 
     # -- conversations ----------------------------------------------------------------
 

@@ -7,16 +7,19 @@ skip with a reason when it is missing, except under CI=true, where they fail.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, WebSocketRoute, async_playwright, expect
 
+from connectors.webchat.tokens import VisitorTokens
 from tests.fakes.llm_server import FakeLLM, Reply
 from tests.support.databases import require_service
 from tests.support.harness import make_settings, running_gateway
+from tests.support.polling import eventually
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -86,6 +89,33 @@ async def page(browser: Browser) -> AsyncIterator[Page]:
     finally:
         await context.close()
     assert errors == [], f"uncaught errors in the page: {errors}"
+
+
+class Line:
+    """The page's web chat socket, routed through Playwright so a test can cut it."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.refused = asyncio.Event()  # set when the page tried to connect while down
+        self._open: list[tuple[WebSocketRoute, WebSocketRoute]] = []
+
+    async def install(self, page: Page) -> None:
+        await page.route_web_socket(re.compile(r"/webchat/ws\b"), self._route)
+
+    async def _route(self, page_side: WebSocketRoute) -> None:
+        if not self.up:
+            await page_side.close(code=1011, reason="line is down")
+            self.refused.set()
+            return
+        self._open.append((page_side, page_side.connect_to_server()))
+
+    async def cut(self, *, stay_down: bool) -> None:
+        self.up = not stay_down
+        self.refused.clear()
+        while self._open:
+            page_side, server_side = self._open.pop()
+            await server_side.close()
+            await page_side.close(code=1011, reason="line cut")
 
 
 async def open_chat(page: Page, url: str) -> None:
@@ -243,3 +273,92 @@ async def test_html_in_messages_is_shown_as_text(
         await expect(log).to_have_text([hostile, answer])
         assert await page.locator("#log .msg *").count() == 0
         assert await page.evaluate("() => window.__pwned") is None
+
+
+async def test_after_a_dropped_connection_the_page_catches_up_without_repeats(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    line = Line()
+    await line.install(page)
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await open_chat(page, gw.url)
+        message = page.get_by_label("Message")
+        log = page.locator("#log .msg")
+        await message.fill("before the drop")
+        await message.press("Enter")
+        await expect(log).to_have_text(["before the drop", "reply 1"])
+
+        await line.cut(stay_down=True)
+        await expect(page.locator("#status")).to_have_text("reconnecting…")
+        response = await gw.send(await stored_token(page), "while the page was away")
+        assert response.status_code == 200, response.text
+        # The page keeps trying (and failing) while the line is down.
+        await asyncio.wait_for(line.refused.wait(), TIMEOUT_MS / 1000)
+
+        line.up = True
+        await expect(page.locator("#status")).to_have_text("online")
+        await expect(log).to_have_text(
+            ["before the drop", "reply 1", "while the page was away", "reply 2"]
+        )
+        assert [b[0] for b in await bubbles(page)] == ["1", "2", "3", "4"]
+
+
+async def test_a_token_the_server_no_longer_accepts_starts_a_fresh_conversation(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    line = Line()
+    await line.install(page)
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await open_chat(page, gw.url)
+        message = page.get_by_label("Message")
+        log = page.locator("#log .msg")
+        await message.fill("under the old key")
+        await message.press("Enter")
+        await expect(log).to_have_text(["under the old key", "reply 1"])
+        old_token = await stored_token(page)
+
+        # As if the secret key had been rotated: the stored token is signed by another key.
+        _, stale = VisitorTokens(b"a-key-this-gateway-never-had").new_visitor()
+        await page.evaluate(
+            "([key, token]) => localStorage.setItem(key, token)", [TOKEN_KEY, stale]
+        )
+        await line.cut(stay_down=False)
+
+        await expect(page.locator("#log .event")).to_have_text(["invalid web chat token"])
+        fresh = await eventually(
+            lambda: page.evaluate("key => localStorage.getItem(key)", TOKEN_KEY),
+            until=lambda token: token not in (None, stale),
+        )
+        assert isinstance(fresh, str)
+        await expect(page.locator("#status")).to_have_text("online")
+        assert fresh not in (stale, old_token)
+
+        await message.fill("after the rotation")
+        await message.press("Enter")
+        # The new conversation numbers its messages from 1 again; they must still be shown.
+        await expect(page.locator("#log .msg:not(.event)")).to_have_text(
+            ["after the rotation", "reply 2"]
+        )
+        assert [m["text"] for m in await gw.history(fresh)] == ["after the rotation", "reply 2"]
+
+
+async def test_a_failed_session_start_is_retried(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    refused: list[str] = []
+
+    async def refuse_once(route: Route) -> None:
+        if refused:
+            await route.continue_()
+        else:
+            refused.append(route.request.method)
+            await route.fulfill(status=503, body="briefly unavailable")
+
+    await page.route(re.compile(r"/webchat/sessions$"), refuse_once)
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await open_chat(page, gw.url)
+        assert refused == ["POST"]
+        message = page.get_by_label("Message")
+        await message.fill("second time lucky")
+        await message.press("Enter")
+        await expect(page.locator("#log .msg")).to_have_text(["second time lucky", "reply 1"])

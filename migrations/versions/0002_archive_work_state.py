@@ -1,0 +1,42 @@
+"""archive work state
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-29 21:55:32.157774
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+import memory.models
+
+revision: str = "0002"
+down_revision: str | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("chunks", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column("in_timeline", sa.Boolean(), server_default=sa.false(), nullable=False)
+        )
+        batch_op.add_column(
+            sa.Column("lease_until", memory.models.UTCDateTime(timezone=True), nullable=True)
+        )
+        batch_op.add_column(
+            sa.Column("next_attempt_at", memory.models.UTCDateTime(timezone=True), nullable=True)
+        )
+        batch_op.add_column(
+            sa.Column("user_notified", sa.Boolean(), server_default=sa.false(), nullable=False)
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("chunks", schema=None) as batch_op:
+        batch_op.drop_column("user_notified")
+        batch_op.drop_column("next_attempt_at")
+        batch_op.drop_column("lease_until")
+        batch_op.drop_column("in_timeline")
