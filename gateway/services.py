@@ -8,17 +8,22 @@ from dataclasses import dataclass
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.archiving import ArchiveMemory, build_jobs, memory_limits
 from gateway.clock import Clock, SystemClock
 from gateway.commands import Commands
 from gateway.connector import Connector, enabled_connectors
 from gateway.core import Core
 from gateway.errors import SchemaOutOfDate
 from gateway.hub import Hub
+from gateway.jobqueue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
 from gateway.persona import load_persona
 from gateway.settings import Settings
+from gateway.status import register_status
 from gateway.turns import TurnLimits, TurnRunner
+from memory.archive import Archive
 from memory.db import create_engine, session_factory
+from memory.jobs import ArchiveJobs
 from memory.schema import current_revision, head_revision, migrate
 from memory.store import Store
 
@@ -36,6 +41,9 @@ class Services:
     core: Core
     runner: TurnRunner
     commands: Commands
+    archive: Archive
+    queue: JobQueue
+    jobs: ArchiveJobs
     llm: LLMProvider
     connectors: list[Connector]
 
@@ -46,11 +54,19 @@ class Services:
         """Construct everything; nothing here does I/O."""
         clock = clock or SystemClock()
         engine = create_engine(settings.resolved_database_url)
-        store = Store(session_factory(engine))
+        sessions = session_factory(engine)
+        store = Store(sessions)
         hub = Hub()
         commands = Commands()
         llm = llm or build_provider(settings)
         core = Core(store=store, hub=hub, clock=clock, default_timezone=settings.default_timezone)
+        archive = Archive(sessions, memory_limits(settings))
+        queue = _job_queue(settings)
+        jobs = build_jobs(
+            settings, archive=archive, store=store, provider=llm, enqueue=queue.enqueue, clock=clock
+        )
+        if isinstance(queue, EmbeddedQueue):
+            queue.serve(jobs.run, jobs.sweep)
         runner = TurnRunner(
             store=store,
             llm=llm,
@@ -60,13 +76,29 @@ class Services:
             limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
             deliver=core.deliver,
             commands=commands,
+            memory=ArchiveMemory(archive, queue, clock, settings.data_dir / "archive"),
         )
+        register_status(commands, archive)
         connectors = enabled_connectors(core, settings)
         core.attach(runner, {connector.channel: connector for connector in connectors})
-        return cls(settings, engine, store, hub, core, runner, commands, llm, connectors)
+        return cls(
+            settings,
+            engine,
+            store,
+            hub,
+            core,
+            runner,
+            commands,
+            archive,
+            queue,
+            jobs,
+            llm,
+            connectors,
+        )
 
     async def open(self) -> None:
         await prepare_schema(self.engine, migrate_embedded=self.settings.is_sqlite)
+        await self.queue.start()
         for connector in self.connectors:
             await connector.start()
         await self.core.resume()
@@ -82,8 +114,19 @@ class Services:
         for connector in reversed(self.connectors):
             await connector.stop()
         await self.runner.close(SHUTDOWN_DEADLINE_SECONDS)
+        await self.queue.close()
         await self.llm.aclose()
         await self.engine.dispose()
+
+
+def _job_queue(settings: Settings) -> JobQueue:
+    if settings.redis_url:
+        from gateway.arq_queue import ArqQueue  # arq only when Redis is configured
+
+        return ArqQueue(settings.redis_url)
+    return EmbeddedQueue(
+        concurrency=settings.embedded_job_concurrency, sweep_every=settings.sweep_interval_seconds
+    )
 
 
 async def prepare_schema(engine: AsyncEngine, *, migrate_embedded: bool) -> None:

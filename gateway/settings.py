@@ -79,6 +79,24 @@ class Settings(BaseSettings):
     llm_context_tokens: int = Field(default=128_000, ge=2_048)
     llm_max_reply_tokens: int = Field(default=2_048, ge=64)
 
+    # Memory (DESIGN §4). Sizes are for a 128k-token model and shrink in proportion
+    # on a smaller PARLEY_LLM_CONTEXT_TOKENS.
+    live_window_tokens: int = Field(default=20_000, ge=1_000)
+    chunk_tokens: int = Field(default=10_000, ge=5_000)
+    chunk_min_tokens: int = Field(default=5_000, ge=100)
+    summary_tokens: int = Field(default=1_500, ge=100)
+    summary_window_tokens: int | None = Field(default=None, ge=1_000)
+    consolidate_at: int = Field(default=6, ge=2)
+    consolidate_count: int = Field(default=4, ge=2)
+    rollup_keep: int = Field(default=5, ge=1)
+    rollup_batch: int = Field(default=5, ge=2)
+    archive_notify_after: int = Field(default=3, ge=1)
+    archive_retry_base_seconds: float = Field(default=30.0, ge=0)
+    archive_retry_max_seconds: float = Field(default=3_600.0, ge=0)
+    job_lease_seconds: float = Field(default=30.0, ge=1)
+    sweep_interval_seconds: float = Field(default=10.0, gt=0)
+    embedded_job_concurrency: int = Field(default=2, ge=1)
+
     telegram_token: SecretStr | None = None
     telegram_webhook_secret: SecretStr | None = None
     telegram_api_url: str = "https://api.telegram.org"
@@ -146,6 +164,16 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _chunk_sizes(self) -> Settings:
+        if self.chunk_min_tokens > self.chunk_tokens:
+            raise ValueError("PARLEY_CHUNK_MIN_TOKENS must not exceed PARLEY_CHUNK_TOKENS")
+        if self.chunk_tokens >= self.live_window_tokens:
+            raise ValueError("PARLEY_CHUNK_TOKENS must be below PARLEY_LIVE_WINDOW_TOKENS")
+        if self.consolidate_count >= self.consolidate_at:
+            raise ValueError("PARLEY_CONSOLIDATE_COUNT must be below PARLEY_CONSOLIDATE_AT")
+        return self
+
+    @model_validator(mode="after")
     def _llm_credentials(self) -> Settings:
         if self.llm_provider is LLMProviderName.ANTHROPIC and self.llm_api_key is None:
             raise ValueError("PARLEY_LLM_API_KEY is required for the anthropic provider")
@@ -178,8 +206,9 @@ def load_settings(**overrides: object) -> Settings:
 def _describe(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
-        field = error["loc"][0] if error["loc"] else ""
-        name = f"PARLEY_{str(field).upper()}" if field else "settings"
         message = error["msg"].removeprefix("Value error, ")
-        lines.append(f"invalid setting {name}: {message}")
+        if error["loc"]:
+            lines.append(f"invalid setting PARLEY_{str(error['loc'][0]).upper()}: {message}")
+        else:  # a rule across settings; the message names them
+            lines.append(f"invalid settings: {message}")
     return "\n".join(lines)

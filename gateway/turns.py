@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -21,7 +21,14 @@ from gateway.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.errors import LLMError
 from gateway.hub import DeltaEvent, Hub
 from gateway.llm import LLMProvider, Prompt
-from memory.context import clock_context, fit_to_budget, render_live, system_prompt
+from memory.archive import ChunkView
+from memory.context import (
+    clock_context,
+    fit_to_budget,
+    render_live,
+    render_timeline,
+    system_prompt,
+)
 from memory.models import Delivery, Role
 from memory.provenance import NOTICE_SOURCE
 from memory.store import NewMessage, Store, StoredMessage, TurnState
@@ -41,8 +48,8 @@ Deliver = Callable[[StoredMessage, StoredMessage], Awaitable[None]]
 class TurnMemory(Protocol):
     """What the archive does around a turn."""
 
-    async def before_turn(self, conversation_id: uuid.UUID) -> str:
-        """Apply finished archive work; return the timeline for the system prompt."""
+    async def before_turn(self, conversation_id: uuid.UUID) -> Sequence[ChunkView]:
+        """Apply finished archive work; return the timeline rows for the system prompt."""
         ...
 
     async def after_turn(self, conversation_id: uuid.UUID) -> None:
@@ -51,8 +58,8 @@ class TurnMemory(Protocol):
 
 
 class NoMemory:
-    async def before_turn(self, conversation_id: uuid.UUID) -> str:
-        return ""
+    async def before_turn(self, conversation_id: uuid.UUID) -> Sequence[ChunkView]:
+        return ()
 
     async def after_turn(self, conversation_id: uuid.UUID) -> None:
         return None
@@ -153,7 +160,7 @@ class TurnRunner:
         finally:
             self._loops.pop(conversation_id, None)
 
-    async def _step(self, state: TurnState, timeline: str) -> None:
+    async def _step(self, state: TurnState, timeline: Sequence[ChunkView]) -> None:
         """Answer the first command, or every message before the first command."""
         invocations = [self._commands.parse(m) for m in state.unanswered]
         if invocations[0] is not None:
@@ -171,12 +178,13 @@ class TurnRunner:
     async def _command(self, invocation: Invocation) -> _Answer:
         return _Answer(await self._commands.run(invocation), Role.EVENT, COMMAND_SOURCE)
 
-    async def _model(self, state: TurnState, timeline: str) -> _Answer:
+    async def _model(self, state: TurnState, timeline: Sequence[ChunkView]) -> _Answer:
         clock = clock_context(self._clock.now(), state.timezone, state.previous_at)
-        system = system_prompt(self._persona, clock, timeline)
-        budget = (
-            self._limits.context_tokens - self._limits.max_reply_tokens - estimate_tokens(system)
-        )
+        window = self._limits.context_tokens - self._limits.max_reply_tokens
+        # The timeline may use up to half the window; the live messages get the rest.
+        rows = render_timeline(timeline, state.timezone, budget=window // 2)
+        system = system_prompt(self._persona, clock, rows)
+        budget = window - estimate_tokens(system)
         turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens)
         try:

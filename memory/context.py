@@ -7,16 +7,17 @@ so provider prompt caches stay valid.
 
 from __future__ import annotations
 
-import zoneinfo
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from memory.archive import ChunkView
 from memory.models import Role
 from memory.provenance import COMMAND_SOURCE, from_gateway, label
 from memory.store import StoredMessage
 from memory.tokens import TokenCounter, estimate_tokens
+from memory.zones import zone
 
 IDLE_GAP = timedelta(days=1)
 # A message more than this after the one before it carries its own time.
@@ -27,13 +28,6 @@ SHOW_TIME_AFTER = timedelta(minutes=30)
 class ChatTurn:
     role: Literal["user", "assistant"]
     content: str
-
-
-def zone(name: str) -> zoneinfo.ZoneInfo:
-    try:
-        return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return zoneinfo.ZoneInfo("UTC")
 
 
 def _offset(moment: datetime) -> str:
@@ -87,6 +81,30 @@ def system_prompt(persona: str, clock: str, timeline: str = "", profile: str = "
     if profile:
         sections.append("# What you know about the user\n" + profile)
     return "\n\n".join(sections) + "\n"
+
+
+def render_timeline(rows: Sequence[ChunkView], timezone: str, budget: int) -> str:
+    """Timeline rows, oldest first: date range, then summary. If the rows ever exceed
+    `budget` tokens (only when roll-ups are stuck), the oldest are left out, and the
+    text says so rather than silently dropping them."""
+    tz = zone(timezone)
+    lines = []
+    for row in rows:
+        start = row.time_start.astimezone(tz).date()
+        end = row.time_end.astimezone(tz).date()
+        span = f"{start}" if start == end else f"{start} – {end}"
+        lines.append(
+            f"## {span} (archive #{row.id}, level {row.level})\n{(row.summary or '').strip()}"
+        )
+    sizes = [estimate_tokens(line) for line in lines]
+    skipped = 0
+    while lines and sum(sizes) > budget:
+        lines.pop(0)
+        sizes.pop(0)
+        skipped += 1
+    if skipped:
+        lines.insert(0, f"({skipped} older archive rows left out for space.)")
+    return "\n\n".join(lines)
 
 
 def render_live(

@@ -138,7 +138,8 @@ class Conversation(Base):
 class Chunk(Base):
     __tablename__ = "chunks"
     __table_args__ = (
-        Index("ix_chunks_conversation_level", "conversation_id", "level", "seq_start"),
+        # Also makes cutting and rolling up idempotent across replicas.
+        UniqueConstraint("conversation_id", "level", "seq_start"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)

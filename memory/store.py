@@ -92,7 +92,7 @@ class TurnState:
     previous_at: datetime | None
 
 
-_MESSAGE_COLUMNS = (
+MESSAGE_COLUMNS = (
     Message.id,
     Message.conversation_id,
     Message.seq,
@@ -111,7 +111,7 @@ _MESSAGE_COLUMNS = (
 )
 
 
-def _view(row: Any) -> StoredMessage:
+def message_view(row: Any) -> StoredMessage:
     return StoredMessage(
         id=row.id,
         conversation_id=row.conversation_id,
@@ -257,47 +257,47 @@ class Store:
                 if existing is None:
                     raise
                 return existing, False
-            return _view(message), True
+            return message_view(message), True
 
     async def by_platform_id(self, channel: str, platform_message_id: str) -> StoredMessage | None:
-        query = select(*_MESSAGE_COLUMNS).where(
+        query = select(*MESSAGE_COLUMNS).where(
             Message.channel == channel, Message.platform_message_id == platform_message_id
         )
         async with self._sessions() as session:
             row = (await session.execute(query)).one_or_none()
-        return None if row is None else _view(row)
+        return None if row is None else message_view(row)
 
     async def messages_after(
         self, conversation_id: uuid.UUID, after_seq: int, limit: int
     ) -> list[StoredMessage]:
         query = (
-            select(*_MESSAGE_COLUMNS)
+            select(*MESSAGE_COLUMNS)
             .where(Message.conversation_id == conversation_id, Message.seq > after_seq)
             .order_by(Message.seq)
             .limit(limit)
         )
         async with self._sessions() as session:
-            return [_view(row) for row in await session.execute(query)]
+            return [message_view(row) for row in await session.execute(query)]
 
     async def reply_for(self, conversation_id: uuid.UUID, seq: int) -> StoredMessage | None:
         """The message of the turn that answered user message `seq`, if any yet."""
         query = (
-            select(*_MESSAGE_COLUMNS)
+            select(*MESSAGE_COLUMNS)
             .where(Message.conversation_id == conversation_id, Message.reply_to_seq >= seq)
             .order_by(Message.reply_to_seq, Message.seq)
             .limit(1)
         )
         async with self._sessions() as session:
             row = (await session.execute(query)).one_or_none()
-        return None if row is None else _view(row)
+        return None if row is None else message_view(row)
 
     async def message_at(self, conversation_id: uuid.UUID, seq: int) -> StoredMessage | None:
-        query = select(*_MESSAGE_COLUMNS).where(
+        query = select(*MESSAGE_COLUMNS).where(
             Message.conversation_id == conversation_id, Message.seq == seq
         )
         async with self._sessions() as session:
             row = (await session.execute(query)).one_or_none()
-        return None if row is None else _view(row)
+        return None if row is None else message_view(row)
 
     async def external_id(self, identity_id: uuid.UUID | None) -> str:
         """The platform address of an identity ('' when there is none)."""
@@ -308,6 +308,17 @@ class Store:
                 select(Identity.external_id).where(Identity.id == identity_id)
             )
         return found or ""
+
+    async def last_channel(self, conversation_id: uuid.UUID) -> str:
+        """The channel the conversation was last written on."""
+        async with self._sessions() as session:
+            found = await session.scalar(
+                select(Message.channel)
+                .where(Message.conversation_id == conversation_id)
+                .order_by(Message.seq.desc())
+                .limit(1)
+            )
+        return found or "webchat"
 
     async def set_delivery(self, message_id: int, state: Delivery, error: str | None) -> None:
         async with self._sessions() as session:
@@ -324,13 +335,13 @@ class Store:
 
     async def pending_deliveries(self, limit: int = 500) -> list[StoredMessage]:
         query = (
-            select(*_MESSAGE_COLUMNS)
+            select(*MESSAGE_COLUMNS)
             .where(Message.delivery == Delivery.PENDING)
             .order_by(Message.id)
             .limit(limit)
         )
         async with self._sessions() as session:
-            return [_view(row) for row in await session.execute(query)]
+            return [message_view(row) for row in await session.execute(query)]
 
     # -- turns ------------------------------------------------------------------------
 
@@ -361,11 +372,11 @@ class Store:
             if last_user <= answered:
                 return None
             rows = await session.execute(
-                select(*_MESSAGE_COLUMNS)
+                select(*MESSAGE_COLUMNS)
                 .where(Message.conversation_id == conversation_id, Message.chunk_id.is_(None))
                 .order_by(Message.seq)
             )
-            live = tuple(_view(row) for row in rows)
+            live = tuple(message_view(row) for row in rows)
             unanswered = [m for m in live if m.role is Role.USER and m.seq > answered]
             if not unanswered:
                 return None

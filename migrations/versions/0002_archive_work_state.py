@@ -20,6 +20,10 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     with op.batch_alter_table("chunks", schema=None) as batch_op:
+        batch_op.drop_index("ix_chunks_conversation_level")
+        batch_op.create_unique_constraint(
+            "uq_chunks_conversation_id_level_seq_start", ["conversation_id", "level", "seq_start"]
+        )
         batch_op.add_column(
             sa.Column("in_timeline", sa.Boolean(), server_default=sa.false(), nullable=False)
         )
@@ -40,3 +44,7 @@ def downgrade() -> None:
         batch_op.drop_column("next_attempt_at")
         batch_op.drop_column("lease_until")
         batch_op.drop_column("in_timeline")
+        batch_op.drop_constraint("uq_chunks_conversation_id_level_seq_start", type_="unique")
+        batch_op.create_index(
+            "ix_chunks_conversation_level", ["conversation_id", "level", "seq_start"], unique=False
+        )

@@ -1,0 +1,98 @@
+"""Running archive jobs: the queue interface and the embedded runner.
+
+Without Redis, `parley serve` runs jobs in-process with the same job code an arq
+worker runs. Either way the database is the source of truth: a periodic sweep queues
+whatever is due, so a lost queue entry only delays work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[str, str], Awaitable[None]]
+Sweep = Callable[[], Awaitable[int]]
+
+
+class JobQueue(Protocol):
+    async def enqueue(self, job: str, arg: str, *, key: str, defer: float = 0.0) -> None:
+        """Queue `job(arg)` unless a job with `key` is already queued or running."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class EmbeddedQueue:
+    """Jobs as tasks of this process, at most `concurrency` at a time."""
+
+    def __init__(self, *, concurrency: int, sweep_every: float) -> None:
+        self._handler: Handler | None = None
+        self._sweep: Sweep | None = None
+        self._sweep_every = sweep_every
+        self._slots = asyncio.Semaphore(concurrency)
+        self._keys: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def serve(self, handler: Handler, sweep: Sweep | None = None) -> None:
+        """Say what runs the jobs (the jobs themselves need the queue to be built)."""
+        self._handler, self._sweep = handler, sweep
+
+    async def enqueue(self, job: str, arg: str, *, key: str, defer: float = 0.0) -> None:
+        if key in self._keys:
+            return
+        self._keys.add(key)
+        self._idle.clear()
+        task = asyncio.create_task(self._run(job, arg, key, defer), name=f"job:{key}")
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    async def start(self) -> None:
+        if self._sweep is not None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="job-sweeper")
+
+    async def close(self) -> None:
+        # An interrupted job leaves its lease to expire; the next start sweeps it up.
+        pending = [*self._tasks, *([self._sweeper] if self._sweeper else [])]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def idle(self) -> None:
+        """Wait until no job is queued or running (for tests and benchmarks)."""
+        await self._idle.wait()
+
+    async def _run(self, job: str, arg: str, key: str, defer: float) -> None:
+        try:
+            if defer > 0:
+                await asyncio.sleep(defer)
+            async with self._slots:
+                assert self._handler is not None, "serve() the queue first"
+                await self._handler(job, arg)
+        except Exception:
+            log.exception("job failed", job=job, key=key)
+        finally:
+            self._keys.discard(key)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not self._tasks:
+            self._idle.set()
+
+    async def _sweep_forever(self) -> None:
+        assert self._sweep is not None
+        while True:
+            try:
+                await self._sweep()
+            except Exception:  # e.g. the database is briefly down: sweep again later
+                log.exception("sweep failed")
+            await asyncio.sleep(self._sweep_every)

@@ -1,0 +1,37 @@
+"""`/status`: the state of the person's conversation and its archive, in plain words."""
+
+from __future__ import annotations
+
+from gateway.commands import Commands, Invocation
+from memory.archive import Archive, ArchiveStatus
+from memory.models import ChunkStatus
+
+LEVEL_NAMES = {0: "chunks", 1: "consolidated chunks"}
+
+
+def register_status(commands: Commands, archive: Archive) -> None:
+    async def status(invocation: Invocation) -> str:
+        return describe(await archive.status(invocation.conversation_id))
+
+    commands.register("status", status)
+
+
+def describe(status: ArchiveStatus) -> str:
+    lines = [f"Live conversation: about {status.live_tokens:,} tokens."]
+    levels = sorted({level for level, _ in status.chunks})
+    if not levels:
+        lines.append("Archive: empty so far.")
+    for level in levels:
+        name = LEVEL_NAMES.get(level, f"level-{level} summaries")
+        counts = {state: status.chunks.get((level, state), 0) for state in ChunkStatus}
+        parts = [f"{counts[ChunkStatus.READY]} ready"]
+        if counts[ChunkStatus.PENDING]:
+            parts.append(f"{counts[ChunkStatus.PENDING]} being summarised")
+        if counts[ChunkStatus.FAILED]:
+            parts.append(f"{counts[ChunkStatus.FAILED]} failing (retrying)")
+        lines.append(f"Archive {name}: {', '.join(parts)}.")
+    lines.append(f"Background jobs waiting: {status.pending_work}.")
+    if status.last_error:
+        when = f" at {status.last_error_at:%Y-%m-%d %H:%M} UTC" if status.last_error_at else ""
+        lines.append(f"Last archive error{when}: {status.last_error[:300]}")
+    return "\n".join(lines)

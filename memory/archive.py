@@ -1,0 +1,552 @@
+"""The archive: chunks of old messages, their summaries and the timeline they form.
+
+Level 0 chunks are verbatim slices of messages, cut after a turn once the live window
+passes its limit. When a level-0 summary is ready, the *next turn* swaps it in: in one
+transaction its messages leave the live window and the chunk enters the timeline.
+Ready level-0 chunks consolidate into level 1 (4 of 6, 2 stay as a buffer); any level
+>= 1 rolls into the next in batches, keeping the newest few. A parent only replaces
+its children in the timeline once its own summary is ready, so the timeline always
+covers every archived message exactly once.
+
+Who works on a chunk is decided here, not by the job queue: a worker must claim the
+chunk's lease, so two workers never summarise the same chunk at once, and a killed
+worker's lease simply runs out.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
+
+from memory.limits import MemoryLimits
+from memory.models import Chunk, ChunkStatus, Conversation, Message, Role, User
+from memory.store import MESSAGE_COLUMNS, StoredMessage, message_view
+from memory.transcript import render_transcript
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkView:
+    id: int
+    conversation_id: uuid.UUID
+    level: int
+    seq_start: int
+    seq_end: int
+    time_start: datetime
+    time_end: datetime
+    summary: str | None
+    status: ChunkStatus
+    attempts: int
+    last_error: str | None
+    parent_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveStatus:
+    live_tokens: int
+    chunks: dict[tuple[int, ChunkStatus], int]  # (level, status) -> count
+    last_error: str | None
+    last_error_at: datetime | None
+
+    @property
+    def pending_work(self) -> int:
+        return sum(n for (_, state), n in self.chunks.items() if state is not ChunkStatus.READY)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A chunk a worker holds the lease of, with what it needs to summarise it."""
+
+    chunk: ChunkView
+    content: str
+    timezone: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewChunk:
+    id: int
+    conversation_id: uuid.UUID
+    level: int
+    time_start: datetime
+    transcript: str | None
+
+
+def _chunk_view(row: Chunk) -> ChunkView:
+    return ChunkView(
+        id=row.id,
+        conversation_id=row.conversation_id,
+        level=row.level,
+        seq_start=row.seq_start,
+        seq_end=row.seq_end,
+        time_start=row.time_start,
+        time_end=row.time_end,
+        summary=row.summary,
+        status=ChunkStatus(row.status),
+        attempts=row.attempts,
+        last_error=row.last_error,
+        parent_id=row.parent_id,
+    )
+
+
+def plan_cut(
+    messages: Sequence[StoredMessage], answered_seq: int, limits: MemoryLimits
+) -> list[list[StoredMessage]]:
+    """Slices of the oldest unarchived messages to archive, oldest first.
+
+    Cuts while what is left exceeds the live limit. Whole messages only; a slice never
+    ends between a user message and the replies that follow it, and never takes a
+    message that is still waiting for its reply.
+    """
+    remaining = sum(m.token_count for m in messages)
+    slices: list[list[StoredMessage]] = []
+    start = 0
+    while remaining > limits.live_window_tokens:
+        taken: list[StoredMessage] = []
+        size = 0
+        index = start
+        while index < len(messages) and messages[index].seq <= answered_seq:
+            message = messages[index]
+            if size >= limits.chunk_tokens and message.role is Role.USER:
+                break
+            taken.append(message)
+            size += message.token_count
+            index += 1
+        if size < limits.chunk_min_tokens:
+            break
+        slices.append(taken)
+        remaining -= size
+        start = index
+    return slices
+
+
+class Archive:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], limits: MemoryLimits) -> None:
+        self._sessions = sessions
+        self.limits = limits
+
+    # -- cutting and swapping (in the turn) -------------------------------------------
+
+    async def cut(self, conversation_id: uuid.UUID, now: datetime) -> list[NewChunk]:
+        """Cut pending level-0 chunks if the unarchived live messages outgrew the limit."""
+        async with self._sessions() as session:
+            last_end = await session.scalar(
+                select(func.coalesce(func.max(Chunk.seq_end), 0)).where(
+                    Chunk.conversation_id == conversation_id, Chunk.level == 0
+                )
+            )
+            unarchived = (
+                Message.conversation_id == conversation_id,
+                Message.chunk_id.is_(None),
+                Message.seq > last_end,
+            )
+            total = await session.scalar(
+                select(func.coalesce(func.sum(Message.token_count), 0)).where(*unarchived)
+            )
+            if not total or total <= self.limits.live_window_tokens:
+                return []
+            answered, timezone = (
+                await session.execute(
+                    select(Conversation.answered_seq, User.timezone)
+                    .outerjoin(User, User.id == Conversation.user_id)
+                    .where(Conversation.id == conversation_id)
+                )
+            ).one()
+            rows = await session.execute(
+                select(*MESSAGE_COLUMNS).where(*unarchived).order_by(Message.seq)
+            )
+            slices = plan_cut([message_view(r) for r in rows], answered, self.limits)
+            chunks = [
+                Chunk(
+                    conversation_id=conversation_id,
+                    level=0,
+                    seq_start=part[0].seq,
+                    seq_end=part[-1].seq,
+                    time_start=part[0].sent_at,
+                    time_end=part[-1].sent_at,
+                    transcript=render_transcript(part, timezone or "UTC"),
+                    status=ChunkStatus.PENDING,
+                    created_at=now,
+                    updated_at=now,
+                )
+                for part in slices
+            ]
+            session.add_all(chunks)
+            try:
+                await session.commit()
+            except IntegrityError:
+                # Another replica cut the same slice first; its chunk stands.
+                return []
+        return [NewChunk(c.id, conversation_id, 0, c.time_start, c.transcript) for c in chunks]
+
+    async def swap(self, conversation_id: uuid.UUID) -> bool:
+        """Move ready level-0 chunks into the timeline and their messages out of the live
+        window, in one transaction. True if anything moved."""
+        async with self._sessions() as session, session.begin():
+            ready = (
+                await session.execute(
+                    select(Chunk.id, Chunk.seq_start, Chunk.seq_end).where(
+                        Chunk.conversation_id == conversation_id,
+                        Chunk.level == 0,
+                        Chunk.status == ChunkStatus.READY,
+                        Chunk.in_timeline.is_(False),
+                    )
+                )
+            ).all()
+            for chunk_id, start, end in ready:
+                await session.execute(
+                    update(Message)
+                    .where(
+                        Message.conversation_id == conversation_id,
+                        Message.seq.between(start, end),
+                        Message.chunk_id.is_(None),
+                    )
+                    .values(chunk_id=chunk_id)
+                )
+            if ready:
+                await session.execute(
+                    update(Chunk)
+                    .where(Chunk.id.in_([row[0] for row in ready]))
+                    .values(in_timeline=True)
+                )
+        return bool(ready)
+
+    async def timeline(self, conversation_id: uuid.UUID) -> list[ChunkView]:
+        """The rows the model sees, oldest first: every ready chunk in the timeline
+        whose parent is not ready yet."""
+        parent = aliased(Chunk)
+        query = (
+            select(Chunk)
+            .outerjoin(parent, parent.id == Chunk.parent_id)
+            .where(
+                Chunk.conversation_id == conversation_id,
+                Chunk.status == ChunkStatus.READY,
+                or_(Chunk.level > 0, Chunk.in_timeline.is_(True)),
+                or_(Chunk.parent_id.is_(None), parent.status != ChunkStatus.READY),
+            )
+            .order_by(Chunk.seq_start)
+        )
+        async with self._sessions() as session:
+            return [_chunk_view(row) for row in await session.scalars(query)]
+
+    # -- roll-ups (in jobs) -----------------------------------------------------------
+
+    async def plan_rollups(self, conversation_id: uuid.UUID, now: datetime) -> list[NewChunk]:
+        """Create pending parent chunks wherever a level has enough rows to roll up."""
+        created: list[NewChunk] = []
+        level = 0
+        while True:
+            made = await self._rollup_level(conversation_id, level, now)
+            created += made
+            if not made and not await self._has_level(conversation_id, level + 1):
+                return created
+            level += 1
+
+    async def _has_level(self, conversation_id: uuid.UUID, level: int) -> bool:
+        async with self._sessions() as session:
+            found = await session.scalar(
+                select(Chunk.id)
+                .where(Chunk.conversation_id == conversation_id, Chunk.level == level)
+                .limit(1)
+            )
+        return found is not None
+
+    async def _rollup_level(
+        self, conversation_id: uuid.UUID, level: int, now: datetime
+    ) -> list[NewChunk]:
+        if level == 0:
+            threshold, size = self.limits.consolidate_at, self.limits.consolidate_count
+        else:
+            threshold = self.limits.rollup_keep + self.limits.rollup_batch
+            size = self.limits.rollup_batch
+        created = []
+        async with self._sessions() as session:
+            candidates = list(
+                await session.scalars(
+                    select(Chunk)
+                    .where(
+                        Chunk.conversation_id == conversation_id,
+                        Chunk.level == level,
+                        Chunk.status == ChunkStatus.READY,
+                        Chunk.parent_id.is_(None),
+                        # A level-0 chunk rolls up only once its messages left the live
+                        # window; else its parent could show beside them.
+                        or_(Chunk.level > 0, Chunk.in_timeline.is_(True)),
+                    )
+                    .order_by(Chunk.seq_start)
+                )
+            )
+            while len(candidates) >= threshold:
+                group, candidates = candidates[:size], candidates[size:]
+                parent = Chunk(
+                    conversation_id=conversation_id,
+                    level=level + 1,
+                    seq_start=group[0].seq_start,
+                    seq_end=group[-1].seq_end,
+                    time_start=group[0].time_start,
+                    time_end=group[-1].time_end,
+                    status=ChunkStatus.PENDING,
+                    created_at=now,
+                    updated_at=now,
+                )
+                session.add(parent)
+                await session.flush()
+                adopted = await session.execute(
+                    update(Chunk)
+                    .where(Chunk.id.in_([c.id for c in group]), Chunk.parent_id.is_(None))
+                    .values(parent_id=parent.id)
+                )
+                if adopted.rowcount != len(group):  # type: ignore[attr-defined]
+                    await session.rollback()  # another job rolled these up meanwhile
+                    return []
+                created.append(
+                    NewChunk(parent.id, conversation_id, level + 1, parent.time_start, None)
+                )
+            try:
+                await session.commit()
+            except IntegrityError:
+                await session.rollback()
+                return []
+        return created
+
+    # -- summarising (in jobs) --------------------------------------------------------
+
+    async def claim(self, chunk_id: int, now: datetime, lease: timedelta) -> Claim | None:
+        """Take the chunk's lease if it still needs a summary and nobody holds it."""
+        async with self._sessions() as session:
+            claimed = await session.execute(
+                update(Chunk)
+                .where(
+                    Chunk.id == chunk_id,
+                    Chunk.status != ChunkStatus.READY,
+                    or_(Chunk.lease_until.is_(None), Chunk.lease_until < now),
+                )
+                .values(lease_until=now + lease, attempts=Chunk.attempts + 1, updated_at=now)
+            )
+            if claimed.rowcount != 1:  # type: ignore[attr-defined]
+                await session.rollback()
+                return None
+            await session.commit()
+            row = await session.get(Chunk, chunk_id)
+            assert row is not None
+            timezone = await session.scalar(
+                select(User.timezone)
+                .join(Conversation, Conversation.user_id == User.id)
+                .where(Conversation.id == row.conversation_id)
+            )
+            content = row.transcript or await self._children_content(session, row)
+        return Claim(_chunk_view(row), content, timezone or "UTC")
+
+    async def _children_content(self, session: AsyncSession, parent: Chunk) -> str:
+        """What a parent is written from: level 1 from its children's whole
+        transcripts, higher levels from their children's summaries."""
+        children = await session.scalars(
+            select(Chunk).where(Chunk.parent_id == parent.id).order_by(Chunk.seq_start)
+        )
+        if parent.level == 1:
+            return "\n".join(child.transcript or "" for child in children)
+        return "\n\n".join(
+            f"[{child.time_start:%Y-%m-%d} – {child.time_end:%Y-%m-%d}]\n{child.summary or ''}"
+            for child in children
+        )
+
+    async def renew(self, chunk_id: int, now: datetime, lease: timedelta) -> None:
+        async with self._sessions() as session:
+            await session.execute(
+                update(Chunk)
+                .where(Chunk.id == chunk_id, Chunk.status != ChunkStatus.READY)
+                .values(lease_until=now + lease)
+            )
+            await session.commit()
+
+    async def record_summary(self, chunk_id: int, summary: str, now: datetime) -> bool:
+        """Store the summary once; False if the chunk was already summarised."""
+        async with self._sessions() as session:
+            done = await session.execute(
+                update(Chunk)
+                .where(Chunk.id == chunk_id, Chunk.status != ChunkStatus.READY)
+                .values(
+                    summary=summary,
+                    status=ChunkStatus.READY,
+                    lease_until=None,
+                    next_attempt_at=None,
+                    last_error=None,
+                    updated_at=now,
+                )
+            )
+            await session.commit()
+        return bool(done.rowcount)  # type: ignore[attr-defined]
+
+    async def record_failure(
+        self, chunk_id: int, error: str, now: datetime, retry_at: datetime, *, failed: bool
+    ) -> bool:
+        """Note a failed attempt; True the first time the chunk is marked failed, when
+        the person should be told once."""
+        async with self._sessions() as session:
+            row = await session.get(Chunk, chunk_id)
+            if row is None or row.status == ChunkStatus.READY:
+                return False
+            tell = failed and not row.user_notified
+            row.last_error = error[:2000]
+            row.lease_until = None
+            row.next_attempt_at = retry_at
+            row.updated_at = now
+            if failed:
+                row.status = ChunkStatus.FAILED
+                row.user_notified = True
+            await session.commit()
+        return tell
+
+    # -- finding work (sweeper) -------------------------------------------------------
+
+    async def due_chunks(
+        self, now: datetime, grace: timedelta, limit: int = 100
+    ) -> list[tuple[int, int]]:
+        """Chunks that need a summary and that no worker holds, as (id, attempts).
+
+        Marks them not due again for `grace`, so a queued job is not queued twice by
+        the next sweep; if the queue lost it, the sweep after that finds it again.
+        """
+        async with self._sessions() as session:
+            rows = (
+                await session.execute(
+                    select(Chunk.id, Chunk.attempts)
+                    .where(
+                        Chunk.status != ChunkStatus.READY,
+                        or_(Chunk.next_attempt_at.is_(None), Chunk.next_attempt_at <= now),
+                        or_(Chunk.lease_until.is_(None), Chunk.lease_until < now),
+                    )
+                    .order_by(Chunk.id)
+                    .limit(limit)
+                )
+            ).all()
+            if rows:
+                await session.execute(
+                    update(Chunk)
+                    .where(Chunk.id.in_([r[0] for r in rows]))
+                    .values(next_attempt_at=now + grace)
+                )
+                await session.commit()
+        return [(int(r[0]), int(r[1])) for r in rows]
+
+    async def conversations_to_roll_up(self) -> list[uuid.UUID]:
+        """Conversations with a level that has enough parentless ready chunks to roll up."""
+        smallest = min(
+            self.limits.consolidate_at, self.limits.rollup_keep + self.limits.rollup_batch
+        )
+        query = (
+            select(Chunk.conversation_id)
+            .where(
+                Chunk.status == ChunkStatus.READY,
+                Chunk.parent_id.is_(None),
+                or_(Chunk.level > 0, Chunk.in_timeline.is_(True)),
+            )
+            .group_by(Chunk.conversation_id, Chunk.level)
+            .having(func.count() >= smallest)
+        )
+        async with self._sessions() as session:
+            return list(set(await session.scalars(query)))
+
+    # -- reading ----------------------------------------------------------------------
+
+    async def status(self, conversation_id: uuid.UUID) -> ArchiveStatus:
+        async with self._sessions() as session:
+            live = await session.scalar(
+                select(func.coalesce(func.sum(Message.token_count), 0)).where(
+                    Message.conversation_id == conversation_id, Message.chunk_id.is_(None)
+                )
+            )
+            counts = await session.execute(
+                select(Chunk.level, Chunk.status, func.count())
+                .where(Chunk.conversation_id == conversation_id)
+                .group_by(Chunk.level, Chunk.status)
+            )
+            error = await session.execute(
+                select(Chunk.last_error, Chunk.updated_at)
+                .where(Chunk.conversation_id == conversation_id, Chunk.last_error.is_not(None))
+                .order_by(Chunk.updated_at.desc())
+                .limit(1)
+            )
+            last = error.one_or_none()
+        return ArchiveStatus(
+            live_tokens=int(live or 0),
+            chunks={(int(level), ChunkStatus(state)): int(n) for level, state, n in counts},
+            last_error=None if last is None else last[0],
+            last_error_at=None if last is None else last[1],
+        )
+
+    async def chunk(self, chunk_id: int) -> ChunkView | None:
+        async with self._sessions() as session:
+            row = await session.get(Chunk, chunk_id)
+        return None if row is None else _chunk_view(row)
+
+    async def chunks(self, conversation_id: uuid.UUID) -> list[ChunkView]:
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                select(Chunk)
+                .where(Chunk.conversation_id == conversation_id)
+                .order_by(Chunk.level, Chunk.seq_start)
+            )
+            return [_chunk_view(row) for row in rows]
+
+    async def children(self, chunk_id: int) -> list[ChunkView]:
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                select(Chunk).where(Chunk.parent_id == chunk_id).order_by(Chunk.seq_start)
+            )
+            return [_chunk_view(row) for row in rows]
+
+    async def in_range(
+        self, conversation_id: uuid.UUID, level: int, start: datetime, end: datetime
+    ) -> list[ChunkView]:
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                select(Chunk)
+                .where(
+                    Chunk.conversation_id == conversation_id,
+                    Chunk.level == level,
+                    and_(Chunk.time_end >= start, Chunk.time_start <= end),
+                )
+                .order_by(Chunk.seq_start)
+            )
+            return [_chunk_view(row) for row in rows]
+
+    async def transcript(self, chunk_id: int) -> str | None:
+        async with self._sessions() as session:
+            return await session.scalar(select(Chunk.transcript).where(Chunk.id == chunk_id))
+
+    async def search(
+        self, conversation_id: uuid.UUID, needle: str, limit: int = 20
+    ) -> list[tuple[int, str]]:
+        """(chunk id, matching line) for transcripts containing `needle` (any case)."""
+        lowered = needle.lower()
+        async with self._sessions() as session:
+            rows = await session.execute(
+                select(Chunk.id, Chunk.transcript)
+                .where(
+                    Chunk.conversation_id == conversation_id,
+                    Chunk.level == 0,
+                    func.lower(Chunk.transcript).contains(lowered, autoescape=True),
+                )
+                .order_by(Chunk.seq_start)
+            )
+            hits = []
+            for chunk_id, text in rows:
+                for line in (text or "").splitlines():
+                    if lowered in line.lower():
+                        hits.append((int(chunk_id), line))
+                        if len(hits) >= limit:
+                            return hits
+        return hits
+
+    async def messages_of(self, chunk_id: int) -> list[StoredMessage]:
+        async with self._sessions() as session:
+            rows = await session.execute(
+                select(*MESSAGE_COLUMNS).where(Message.chunk_id == chunk_id).order_by(Message.seq)
+            )
+            return [message_view(r) for r in rows]

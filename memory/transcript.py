@@ -1,0 +1,50 @@
+"""Verbatim transcripts of archived messages: stored with the chunk and as a text file."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from memory.models import Role
+from memory.provenance import escape_typed
+from memory.store import StoredMessage
+from memory.zones import zone
+
+
+def render_transcript(messages: Sequence[StoredMessage], timezone: str) -> str:
+    """One block per message: a header the gateway writes, then the text as sent.
+
+    Typed text is escaped like in the prompt, so a transcript line cannot pass for a
+    header either; everything else keeps its source in the header.
+    """
+    tz = zone(timezone)
+    blocks = []
+    for message in messages:
+        when = message.sent_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
+        who = _speaker(message)
+        blocks.append(f"[{when} · {message.channel} · {who}]\n{escape_typed(message.text)}")
+    return "\n\n".join(blocks) + "\n"
+
+
+def _speaker(message: StoredMessage) -> str:
+    if message.role is Role.ASSISTANT:
+        return "assistant"
+    if message.source is not None:
+        return f"source: {message.source}"
+    return f"user {message.author_name}".strip()
+
+
+def transcript_path(
+    archive_dir: Path, conversation_id: uuid.UUID, chunk_id: int, start: datetime
+) -> Path:
+    return archive_dir / str(conversation_id) / f"{start:%Y-%m-%d}-chunk-{chunk_id}.txt"
+
+
+def write_transcript(path: Path, text: str) -> None:
+    """Write atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
