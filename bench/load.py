@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,6 +38,10 @@ class Figures:
     # between them means the cost per request grows as the data grows.
     p50_first_tenth_ms: float
     p50_last_tenth_ms: float
+    # CPU time (user + system, all threads) per measured request: of the server process
+    # (None where /proc is not available) and of this load-generating process.
+    server_cpu_ms: float | None
+    client_cpu_ms: float
 
 
 def percentile(ordered: Sequence[float], pct: float) -> float:
@@ -46,10 +52,27 @@ def percentile(ordered: Sequence[float], pct: float) -> float:
     return ordered[rank - 1]
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process and all its threads so far (Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return None
+    # Fields after the command name, which is in parentheses and may contain spaces.
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def summarise(
-    app: str, concurrency: int, seconds: float, latencies: Sequence[tuple[int, float]]
+    app: str,
+    concurrency: int,
+    seconds: float,
+    latencies: Sequence[tuple[int, float]],
+    *,
+    server_cpu: float | None,
+    client_cpu: float,
 ) -> Figures:
-    """`latencies` holds (request index, seconds) pairs."""
+    """`latencies` holds (request index, seconds) pairs; CPU times are in seconds."""
     by_index = [latency for _, latency in sorted(latencies)]
     ordered = sorted(by_index)
     tenth = max(1, len(by_index) // 10)
@@ -70,6 +93,8 @@ def summarise(
         max_ms=ms(ordered[-1]),
         p50_first_tenth_ms=ms(percentile(sorted(by_index[:tenth]), 50)),
         p50_last_tenth_ms=ms(percentile(sorted(by_index[-tenth:]), 50)),
+        server_cpu_ms=None if server_cpu is None else ms(server_cpu / len(ordered)),
+        client_cpu_ms=ms(client_cpu / len(ordered)),
     )
 
 

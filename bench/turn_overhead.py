@@ -38,7 +38,15 @@ from typing import Any
 import httpx
 
 from bench.apps import BASELINE_PATH, GATEWAY_PATH, gateway_settings
-from bench.load import Check, Figures, Request, RequestMaker, drive, summarise
+from bench.load import (
+    Check,
+    Figures,
+    Request,
+    RequestMaker,
+    drive,
+    process_cpu_seconds,
+    summarise,
+)
 from bench.server import Kind
 from memory.db import create_engine
 from memory.schema import migrate
@@ -263,6 +271,8 @@ async def measure(
             make=workload.make,
             check=workload.check,
         )
+    server_before = process_cpu_seconds(server.process.pid)
+    client_before = time.process_time()
     seconds, latencies = await drive(
         client,
         concurrency=workers,
@@ -271,7 +281,14 @@ async def measure(
         check=workload.check,
         first_index=options.warmup,
     )
-    return summarise(server.kind, workers, seconds, latencies)
+    client_cpu = time.process_time() - client_before
+    server_after = process_cpu_seconds(server.process.pid)
+    server_cpu = (
+        None if server_before is None or server_after is None else server_after - server_before
+    )
+    return summarise(
+        server.kind, workers, seconds, latencies, server_cpu=server_cpu, client_cpu=client_cpu
+    )
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -334,6 +351,7 @@ def report(options: Options, url: str, figures: list[Figures]) -> dict[str, Any]
             "python": platform.python_version(),
             "platform": platform.platform(),
         },
+        "commit": commit(),
         "database": url.split("://", 1)[0],
         "requests": options.requests,
         "warmup": options.warmup,
@@ -347,24 +365,30 @@ def report(options: Options, url: str, figures: list[Figures]) -> dict[str, Any]
     }
 
 
+def _cpu(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
+
+
 def render(result: dict[str, Any]) -> str:
     machine = result["machine"]
     visitors = result["turns_per_visitor"] or "all"
     lines = [
         f"Parley turn overhead: {result['database']}, {machine['cpus']} CPUs, "
-        f"Python {machine['python']}",
+        f"Python {machine['python']}, commit {result['commit']}",
         f"{result['requests']} measured requests per row after {result['warmup']} warm-up; "
         f"turns per visitor: {visitors}",
         "",
-        f"{'app':<9} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
-        f"{'max ms':>8}   p50 first/last tenth",
+        f"{'app':<9}{'conc':>5}{'req/s':>8}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}"
+        f"{'p50 1st/last 10%':>19}{'CPU/req srv/cli':>18}",
+        f"{'':<9}{'':>5}{'':>8}{'ms':>8}{'ms':>8}{'ms':>8}{'ms':>8}{'ms':>19}{'ms':>18}",
     ]
     for row in result["results"]:
+        drift = f"{row['p50_first_tenth_ms']:.2f} / {row['p50_last_tenth_ms']:.2f}"
+        cpu = f"{_cpu(row['server_cpu_ms'])} / {_cpu(row['client_cpu_ms'])}"
         lines.append(
-            f"{row['app']:<9} {row['concurrency']:>4} {row['requests_per_second']:>8.1f} "
-            f"{row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} {row['p99_ms']:>8.2f} "
-            f"{row['max_ms']:>8.2f}   {row['p50_first_tenth_ms']:.2f} / "
-            f"{row['p50_last_tenth_ms']:.2f}"
+            f"{row['app']:<9}{row['concurrency']:>5}{row['requests_per_second']:>8.1f}"
+            f"{row['p50_ms']:>8.2f}{row['p90_ms']:>8.2f}{row['p99_ms']:>8.2f}"
+            f"{row['max_ms']:>8.2f}{drift:>19}{cpu:>18}"
         )
     lines.append("")
     for workers, pair in result["gateway_vs_baseline"].items():
@@ -379,6 +403,28 @@ def render(result: dict[str, Any]) -> str:
         f"goal <= {result['goal_ms']:.0f} ms: {verdict}"
     )
     return "\n".join(lines)
+
+
+def commit() -> str:
+    """The checked-out commit, '+dirty' if the work tree has changes; 'unknown' without git."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -55,6 +55,8 @@ class OperatorMessage(BaseModel):
     created_at: datetime
     platform_message_id: str | None
     delivery: str | None
+    # The platform's reason when delivery failed (or is being retried).
+    delivery_error: str | None = None
 
     @classmethod
     def of(cls, message: StoredMessage) -> OperatorMessage:
@@ -68,6 +70,7 @@ class OperatorMessage(BaseModel):
             created_at=message.created_at,
             platform_message_id=message.platform_message_id,
             delivery=None if message.delivery is None else message.delivery.value,
+            delivery_error=message.delivery_error,
         )
 
 

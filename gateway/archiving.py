@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,8 +11,10 @@ from gateway.clock import Clock
 from gateway.jobqueue import JobQueue
 from gateway.llm import ChatTurn, LLMProvider, Prompt, complete
 from gateway.settings import LLMProviderName, Settings
-from memory.archive import Archive, ChunkView, NewChunk
+from gateway.turns import TurnContext
+from memory.archive import Archive, NewChunk
 from memory.jobs import (
+    EXTRACT,
     ROLLUP,
     SUMMARIZE,
     ArchiveJobs,
@@ -23,6 +24,8 @@ from memory.jobs import (
     summarize_key,
 )
 from memory.limits import MemoryLimits
+from memory.profile import Profiles
+from memory.profile_jobs import TIDY, ProfileJobs, ProfileLimits
 from memory.store import Store
 from memory.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer
 from memory.transcript import transcript_path, write_transcript
@@ -55,11 +58,33 @@ class ProviderTextModel:
         return await complete(self._provider, request)
 
 
-def build_summarizer(settings: Settings, provider: LLMProvider, limits: MemoryLimits) -> Summarizer:
-    if settings.llm_provider is LLMProviderName.OFFLINE:
-        return ExtractiveSummarizer()
-    model = ProviderTextModel(provider, settings.summary_model)
-    return ModelSummarizer(model, window_tokens=limits.summary_window_tokens)
+def profile_limits(settings: Settings) -> ProfileLimits:
+    return ProfileLimits(
+        tidy_at_chars=settings.profile_tidy_at_chars,
+        tidy_target_chars=settings.profile_tidy_target_chars,
+        regrow_chars=settings.profile_tidy_regrow_chars,
+        max_passes=settings.profile_tidy_max_passes,
+        backoff_seconds=settings.profile_tidy_backoff_seconds,
+    )
+
+
+class MemoryJobs:
+    """Every background job of the memory, by name: what a queue runs and sweeps."""
+
+    def __init__(self, archive: ArchiveJobs, profile: ProfileJobs) -> None:
+        self._archive = archive
+        self._profile = profile
+
+    async def run(self, job: str, arg: str) -> None:
+        if job == EXTRACT:
+            await self._profile.extract(int(arg))
+        elif job == TIDY:
+            await self._profile.tidy(uuid.UUID(arg))
+        else:
+            await self._archive.run(job, arg)
+
+    async def sweep(self) -> int:
+        return await self._archive.sweep() + await self._profile.sweep()
 
 
 def build_jobs(
@@ -67,14 +92,22 @@ def build_jobs(
     *,
     archive: Archive,
     store: Store,
+    profiles: Profiles,
     provider: LLMProvider,
     enqueue: Enqueue,
     clock: Clock,
-) -> ArchiveJobs:
-    return ArchiveJobs(
+) -> MemoryJobs:
+    offline = settings.llm_provider is LLMProviderName.OFFLINE
+    model = None if offline else ProviderTextModel(provider, settings.summary_model)
+    summarizer: Summarizer = (
+        ExtractiveSummarizer()
+        if model is None
+        else ModelSummarizer(model, window_tokens=archive.limits.summary_window_tokens)
+    )
+    archive_jobs = ArchiveJobs(
         archive=archive,
         store=store,
-        summarizer=build_summarizer(settings, provider, archive.limits),
+        summarizer=summarizer,
         enqueue=enqueue,
         now=clock.now,
         lease=timedelta(seconds=settings.job_lease_seconds),
@@ -85,21 +118,46 @@ def build_jobs(
         ),
         sweep_grace=timedelta(seconds=settings.sweep_interval_seconds * 3),
     )
+    profile_jobs = ProfileJobs(
+        profiles=profiles,
+        archive=archive,
+        store=store,
+        model=model,  # the offline provider extracts nothing rather than inventing
+        enqueue=enqueue,
+        now=clock.now,
+        limits=profile_limits(settings),
+    )
+    return MemoryJobs(archive_jobs, profile_jobs)
 
 
 class ArchiveMemory:
-    """The runner's `TurnMemory`: swap finished chunks in before a turn, cut after it."""
+    """The runner's `TurnMemory`: swap finished chunks in and read the timeline and
+    profile before a turn; cut chunks after it."""
 
-    def __init__(self, archive: Archive, queue: JobQueue, clock: Clock, archive_dir: Path) -> None:
+    def __init__(
+        self,
+        archive: Archive,
+        profiles: Profiles,
+        store: Store,
+        queue: JobQueue,
+        clock: Clock,
+        archive_dir: Path,
+    ) -> None:
         self._archive = archive
+        self._profiles = profiles
+        self._store = store
         self._queue = queue
         self._clock = clock
         self._archive_dir = archive_dir
 
-    async def before_turn(self, conversation_id: uuid.UUID) -> Sequence[ChunkView]:
+    async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
         if await self._archive.swap(conversation_id):
             await self._queue.enqueue(ROLLUP, str(conversation_id), key=rollup_key(conversation_id))
-        return await self._archive.timeline(conversation_id)
+        timeline = await self._archive.timeline(conversation_id)
+        # A group never sees a member's personal profile.
+        owner = await self._store.personal_owner(conversation_id)
+        profile = () if owner is None else (await self._profiles.get(owner)).lines
+        return TurnContext(tuple(timeline), profile)
 
     async def after_turn(self, conversation_id: uuid.UUID) -> None:
         for chunk in await self._archive.cut(conversation_id, self._clock.now()):

@@ -14,13 +14,13 @@ from arq import ArqRedis, create_pool, cron, func
 from arq.connections import RedisSettings
 from arq.worker import Worker
 
-from gateway.archiving import build_jobs, memory_limits
+from gateway.archiving import MemoryJobs, build_jobs, memory_limits
 from gateway.clock import SystemClock
 from gateway.llm import build_provider
 from gateway.settings import Settings
 from memory.archive import Archive
 from memory.db import create_engine, session_factory
-from memory.jobs import ArchiveJobs
+from memory.profile import Profiles
 from memory.store import Store
 
 RUN_JOB = "run_job"
@@ -64,6 +64,7 @@ async def _startup(ctx: dict[str, Any]) -> None:
         settings,
         archive=Archive(sessions, memory_limits(settings)),
         store=Store(sessions),
+        profiles=Profiles(sessions),
         provider=provider,
         enqueue=queue.enqueue,
         clock=SystemClock(),
@@ -78,12 +79,12 @@ async def _shutdown(ctx: dict[str, Any]) -> None:
 
 
 async def run_job(ctx: dict[str, Any], job: str, arg: str) -> None:
-    jobs: ArchiveJobs = ctx["jobs"]
+    jobs: MemoryJobs = ctx["jobs"]
     await jobs.run(job, arg)
 
 
 async def sweep(ctx: dict[str, Any]) -> None:
-    jobs: ArchiveJobs = ctx["jobs"]
+    jobs: MemoryJobs = ctx["jobs"]
     await jobs.sweep()
 
 

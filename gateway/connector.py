@@ -32,8 +32,11 @@ class Connector(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def send(self, outbound: Outbound) -> None:
-        """Deliver a reply; raise `DeliveryError` if the platform refused it."""
+    async def send(self, outbound: Outbound) -> str | None:
+        """Deliver a reply (or one part of it); return the platform's id for it, if any.
+
+        Raise `DeliveryError` if the platform refused it (`Undeliverable` if retrying
+        cannot help)."""
         ...
 
 
@@ -42,6 +45,14 @@ ConnectorFactory = Callable[["Core", Settings], Connector]
 # channel -> (import path "module:factory", is it configured?)
 REGISTRY: dict[str, tuple[str, Callable[[Settings], bool]]] = {
     "webchat": ("connectors.webchat:create", lambda settings: True),
+    "telegram": (
+        "connectors.telegram:create",
+        lambda settings: settings.telegram_token is not None,
+    ),
+    "whatsapp": (
+        "connectors.whatsapp:create",
+        lambda settings: settings.whatsapp_token is not None,
+    ),
 }
 
 

@@ -7,17 +7,23 @@ the platform only after it returns: by then the message is committed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import structlog
 
 from gateway.clock import Clock
 from gateway.connector import Connector
-from gateway.errors import DeliveryError
+from gateway.delivery import DeliveryLoop
 from gateway.hub import Hub
-from gateway.messages import Inbound, Outbound
+from gateway.messages import ChatRef, Inbound, Outbound
+from gateway.policy import AccessPolicy
+from gateway.presence import ShowsTyping, typing_while
 from gateway.turns import TurnRunner
+from memory.deliveries import Deliveries
+from memory.identities import Identities
 from memory.models import Delivery, Role
 from memory.store import IdentityRef, NewMessage, Store, StoredMessage
 
@@ -33,11 +39,26 @@ class Received:
 
 
 class Core:
-    def __init__(self, *, store: Store, hub: Hub, clock: Clock, default_timezone: str) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        hub: Hub,
+        clock: Clock,
+        default_timezone: str,
+        identities: Identities,
+        policy: AccessPolicy,
+        deliveries: Deliveries,
+        delivery: DeliveryLoop,
+    ) -> None:
         self.store = store
         self.hub = hub
         self._clock = clock
         self._default_timezone = default_timezone
+        self.identities = identities
+        self._policy = policy
+        self._deliveries = deliveries
+        self._delivery = delivery
         self._senders: dict[str, Connector] = {}
         self._runner: TurnRunner | None = None
 
@@ -60,12 +81,24 @@ class Core:
             now=self._clock.now(),
         )
 
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
     async def receive(self, inbound: Inbound) -> Received:
+        """Store a message and start its turn; `AccessRefused` (nothing stored) if the
+        channel's policy does not let the sender in."""
+        await self._policy.admit(inbound)
         ref = await self.identity(inbound.channel, inbound.external_user_id, inbound.display_name)
+        conversation_id = ref.conversation_id
+        if inbound.group_id is not None:
+            conversation_id = await self.identities.group_conversation(
+                inbound.channel, inbound.group_id, title=inbound.group_title, now=self._clock.now()
+            )
         message, created = await self.store.add_message(
-            ref.conversation_id,
+            conversation_id,
             NewMessage(
-                role=Role.USER,
+                role=Role.USER if inbound.expects_reply else Role.EVENT,
                 channel=inbound.channel,
                 text=inbound.text,
                 identity_id=ref.identity_id,
@@ -78,7 +111,8 @@ class Core:
         )
         if created:
             self.hub.message(message)
-            self.runner.request(ref.conversation_id)
+            if inbound.expects_reply:
+                self.runner.request(conversation_id)
         return Received(message, ref, created)
 
     async def reply_to(self, message: StoredMessage, wait_seconds: float) -> StoredMessage | None:
@@ -105,24 +139,51 @@ class Core:
         """Send a stored reply through the channel of the message that started the turn."""
         sender = self._senders.get(reply.channel)
         if sender is None:
-            await self.store.set_delivery(
-                reply.id, Delivery.FAILED, f"no {reply.channel} connector"
+            await self._deliveries.attempt_failed(
+                reply.id, f"no {reply.channel} connector is configured", final=True
             )
             return
+        chat = await self.chat_of(trigger)
         outbound = Outbound(
             message_id=reply.id,
             channel=reply.channel,
-            external_user_id=await self.store.external_id(trigger.identity_id),
+            external_user_id=chat.external_user_id,
             text=reply.text,
             reply_to_platform_id=trigger.platform_message_id,
+            group_id=chat.group_id,
+            reply_to_sent_at=trigger.sent_at,
         )
-        try:
-            await sender.send(outbound)
-        except DeliveryError as exc:
-            log.warning("delivery failed", message_id=reply.id, error=str(exc))
-            await self.store.set_delivery(reply.id, Delivery.FAILED, str(exc))
+        await self._delivery.submit(outbound, sender)
+
+    async def chat_of(self, message: StoredMessage) -> ChatRef:
+        """Where an answer to `message` goes: its group, or its author's private chat."""
+        return ChatRef(
+            channel=message.channel,
+            external_user_id=await self.store.external_id(message.identity_id),
+            group_id=await self.identities.group_of(message.conversation_id),
+            platform_message_id=message.platform_message_id,
+        )
+
+    @contextlib.asynccontextmanager
+    async def working(self, trigger: StoredMessage) -> AsyncIterator[None]:
+        """While a turn answering `trigger` runs: a typing indicator where it has one."""
+        sender = self._senders.get(trigger.channel)
+        if not isinstance(sender, ShowsTyping):
+            yield
             return
-        await self.store.set_delivery(reply.id, Delivery.SENT, None)
+        async with typing_while(sender, await self.chat_of(trigger)):
+            yield
+
+    async def receipt(
+        self, channel: str, platform_id: str, status: Delivery, error: str | None
+    ) -> bool:
+        """A platform's delivery report on a message we sent; False if it is not ours."""
+        return await self._deliveries.receipt(
+            channel, platform_id, status, error, now=self._clock.now()
+        )
+
+    async def close_delivery(self, deadline: float) -> None:
+        await self._delivery.close(deadline)
 
     async def resume(self) -> None:
         """After a restart: run the turns a crash cut short."""

@@ -4,10 +4,12 @@ ParleyError
 ├── ConfigError            a setting is invalid; start-up refuses
 ├── SchemaOutOfDate        the database needs `parley migrate`
 ├── AuthError              a token or signature did not verify
+│   └── AccessRefused      the channel's access policy does not let this person in
 ├── InputError             a client sent something we will not store
 ├── LLMError               the model could not produce a reply
 │   └── LLMUnavailable     after retries: unreachable, timing out or failing
 └── DeliveryError          a platform refused or failed to take a reply
+    └── Undeliverable      retrying cannot help (blocked, window closed, bad request)
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ class AuthError(ParleyError):
     """Credentials were missing or wrong."""
 
 
+class AccessRefused(AuthError):
+    """Nothing is stored; `answer` (a refusal or a pairing code) goes back to the person."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        super().__init__(answer)
+
+
 class InputError(ParleyError):
     """Client input that is refused with a clear reason."""
 
@@ -55,3 +65,7 @@ class DeliveryError(ParleyError):
         self.reason = reason
         self.retry_after = retry_after
         super().__init__(reason)
+
+
+class Undeliverable(DeliveryError):
+    """The platform will never take this reply as it is; it is marked failed at once."""

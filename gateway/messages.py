@@ -20,6 +20,22 @@ class Inbound:
     # Set by the connector for input the person did not type (an edit, a placeholder
     # for a photo); never taken from the platform payload's own text.
     source: str | None = None
+    # A group chat's platform id: the message joins that group's own conversation.
+    group_id: str | None = None
+    group_title: str = ""
+    # False for input that informs but asks nothing (an edit): stored, not answered.
+    expects_reply: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRef:
+    """A chat on a platform: a person's private chat, or a group."""
+
+    channel: str
+    external_user_id: str
+    group_id: str | None = None
+    # The message being answered (read receipts, typing indicators tied to it).
+    platform_message_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,3 +47,16 @@ class Outbound:
     external_user_id: str
     text: str
     reply_to_platform_id: str | None = None
+    # Where it goes when the conversation is a group (else the person's private chat).
+    group_id: str | None = None
+    # A long reply goes out as numbered parts, in order; `text` is this part's.
+    part: int = 0
+    parts: int = 1
+    # When the message it answers was sent (WhatsApp allows free text for 24 hours).
+    reply_to_sent_at: datetime | None = None
+
+    @property
+    def chat(self) -> ChatRef:
+        return ChatRef(
+            self.channel, self.external_user_id, self.group_id, self.reply_to_platform_id
+        )

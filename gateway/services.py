@@ -8,22 +8,28 @@ from dataclasses import dataclass
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.archiving import ArchiveMemory, build_jobs, memory_limits
+from gateway.archiving import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.clock import Clock, SystemClock
 from gateway.commands import Commands
 from gateway.connector import Connector, enabled_connectors
 from gateway.core import Core
+from gateway.delivery import DeliveryLoop, RetryPolicy
 from gateway.errors import SchemaOutOfDate
 from gateway.hub import Hub
 from gateway.jobqueue import EmbeddedQueue, JobQueue
+from gateway.linking import Linking
 from gateway.llm import LLMProvider, build_provider
 from gateway.persona import load_persona
+from gateway.policy import AccessPolicy
+from gateway.profile_commands import register_profile_commands
 from gateway.settings import Settings
 from gateway.status import register_status
 from gateway.turns import TurnLimits, TurnRunner
 from memory.archive import Archive
 from memory.db import create_engine, session_factory
-from memory.jobs import ArchiveJobs
+from memory.deliveries import Deliveries
+from memory.identities import Identities
+from memory.profile import Profiles
 from memory.schema import current_revision, head_revision, migrate
 from memory.store import Store
 
@@ -43,7 +49,7 @@ class Services:
     commands: Commands
     archive: Archive
     queue: JobQueue
-    jobs: ArchiveJobs
+    jobs: MemoryJobs
     llm: LLMProvider
     connectors: list[Connector]
 
@@ -59,11 +65,38 @@ class Services:
         hub = Hub()
         commands = Commands()
         llm = llm or build_provider(settings)
-        core = Core(store=store, hub=hub, clock=clock, default_timezone=settings.default_timezone)
+        identities = Identities(sessions)
+        deliveries = Deliveries(sessions)
+        delivery = DeliveryLoop(
+            deliveries=deliveries,
+            clock=clock,
+            retry=RetryPolicy(
+                settings.delivery_max_attempts,
+                settings.delivery_retry_base_seconds,
+                settings.delivery_retry_max_seconds,
+            ),
+        )
+        core = Core(
+            store=store,
+            hub=hub,
+            clock=clock,
+            default_timezone=settings.default_timezone,
+            identities=identities,
+            policy=AccessPolicy.from_settings(settings, identities, clock),
+            deliveries=deliveries,
+            delivery=delivery,
+        )
         archive = Archive(sessions, memory_limits(settings))
+        profiles = Profiles(sessions)
         queue = _job_queue(settings)
         jobs = build_jobs(
-            settings, archive=archive, store=store, provider=llm, enqueue=queue.enqueue, clock=clock
+            settings,
+            archive=archive,
+            store=store,
+            profiles=profiles,
+            provider=llm,
+            enqueue=queue.enqueue,
+            clock=clock,
         )
         if isinstance(queue, EmbeddedQueue):
             queue.serve(jobs.run, jobs.sweep)
@@ -76,9 +109,14 @@ class Services:
             limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
             deliver=core.deliver,
             commands=commands,
-            memory=ArchiveMemory(archive, queue, clock, settings.data_dir / "archive"),
+            memory=ArchiveMemory(
+                archive, profiles, store, queue, clock, settings.data_dir / "archive"
+            ),
+            presence=core.working,
         )
+        Linking(identities=identities, runner=runner, clock=clock).register(commands)
         register_status(commands, archive)
+        register_profile_commands(commands, store, profiles, clock)
         connectors = enabled_connectors(core, settings)
         core.attach(runner, {connector.channel: connector for connector in connectors})
         return cls(
@@ -110,10 +148,13 @@ class Services:
         )
 
     async def close(self) -> None:
-        # Stop intake first, then let running turns finish, then release resources.
+        # The HTTP server has stopped taking requests. Let running turns finish and
+        # their replies go out, then stop the connectors (polling intake, platform
+        # clients); anything still unanswered or unsent is picked up on the next start.
+        await self.runner.close(SHUTDOWN_DEADLINE_SECONDS)
+        await self.core.close_delivery(SHUTDOWN_DEADLINE_SECONDS)
         for connector in reversed(self.connectors):
             await connector.stop()
-        await self.runner.close(SHUTDOWN_DEADLINE_SECONDS)
         await self.queue.close()
         await self.llm.aclose()
         await self.engine.dispose()

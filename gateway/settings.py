@@ -6,6 +6,7 @@ environment anywhere else.
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from enum import StrEnum
 from pathlib import Path
@@ -17,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from gateway.errors import ConfigError
 
 _PLACEHOLDER_SECRETS = frozenset({"changeme", "change-me", "secret", "password", "token", "xxx"})
+_TELEGRAM_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 class LLMProviderName(StrEnum):
@@ -42,6 +44,7 @@ _DEFAULT_BASE_URLS = {
 }
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
+CommaFloats = Annotated[tuple[float, ...], NoDecode]
 
 
 class Settings(BaseSettings):
@@ -96,6 +99,11 @@ class Settings(BaseSettings):
     job_lease_seconds: float = Field(default=30.0, ge=1)
     sweep_interval_seconds: float = Field(default=10.0, gt=0)
     embedded_job_concurrency: int = Field(default=2, ge=1)
+    profile_tidy_at_chars: int = Field(default=40_000, ge=1_000)
+    profile_tidy_target_chars: int = Field(default=30_000, ge=500)
+    profile_tidy_regrow_chars: int = Field(default=4_000, ge=100)
+    profile_tidy_max_passes: int = Field(default=2, ge=1, le=5)
+    profile_tidy_backoff_seconds: CommaFloats = (3_600.0, 21_600.0, 86_400.0)
 
     telegram_token: SecretStr | None = None
     telegram_webhook_secret: SecretStr | None = None
@@ -118,15 +126,58 @@ class Settings(BaseSettings):
     whatsapp_allowlist: CommaList = ()
     webchat_allowlist: CommaList = ()
 
+    # -- pairing and delivery (connectors) --
+    pairing_code_ttl_seconds: int = Field(default=3_600, ge=60)
+    # Codes waiting for an operator, per channel; past this, new people are turned away.
+    pairing_max_pending: int = Field(default=10, ge=1)
+    # Sending a reply: tries before it is marked failed, and the backoff between them
+    # (a platform's retry_after wins).
+    delivery_max_attempts: int = Field(default=8, ge=1, le=100)
+    delivery_retry_base_seconds: float = Field(default=2.0, ge=0)
+    delivery_retry_max_seconds: float = Field(default=300.0, gt=0)
+
+    @field_validator("telegram_webhook_secret")
+    @classmethod
+    def _telegram_secret_alphabet(cls, value: SecretStr | None) -> SecretStr | None:
+        # Telegram accepts 1-256 characters of A-Z, a-z, 0-9, _ and - only.
+        if value is not None and not _TELEGRAM_SECRET.fullmatch(value.get_secret_value()):
+            raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
+        return value
+
+    @model_validator(mode="after")
+    def _connector_credentials(self) -> Settings:
+        if (
+            self.telegram_token is not None
+            and self.telegram_mode is TelegramMode.WEBHOOK
+            and self.telegram_webhook_secret is None
+        ):
+            raise ValueError(
+                "PARLEY_TELEGRAM_WEBHOOK_SECRET is required for the Telegram webhook "
+                "(or set PARLEY_TELEGRAM_MODE=polling)"
+            )
+        if self.whatsapp_token is not None:
+            for name in (
+                "whatsapp_app_secret",
+                "whatsapp_verify_token",
+                "whatsapp_phone_number_id",
+            ):
+                if getattr(self, name) is None:
+                    raise ValueError(
+                        f"PARLEY_{name.upper()} is required with PARLEY_WHATSAPP_TOKEN"
+                    )
+        return self
+
     @field_validator(
         "telegram_allowlist",
         "discord_allowlist",
         "whatsapp_allowlist",
         "webchat_allowlist",
+        "profile_tidy_backoff_seconds",
         mode="before",
     )
     @classmethod
     def _split_commas(cls, value: object) -> object:
+        # Also used for PARLEY_PROFILE_TIDY_BACKOFF_SECONDS; pydantic then checks floats.
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
@@ -169,6 +220,12 @@ class Settings(BaseSettings):
             raise ValueError("PARLEY_CHUNK_MIN_TOKENS must not exceed PARLEY_CHUNK_TOKENS")
         if self.chunk_tokens >= self.live_window_tokens:
             raise ValueError("PARLEY_CHUNK_TOKENS must be below PARLEY_LIVE_WINDOW_TOKENS")
+        if self.profile_tidy_target_chars >= self.profile_tidy_at_chars:
+            raise ValueError(
+                "PARLEY_PROFILE_TIDY_TARGET_CHARS must be below PARLEY_PROFILE_TIDY_AT_CHARS"
+            )
+        if not self.profile_tidy_backoff_seconds:
+            raise ValueError("PARLEY_PROFILE_TIDY_BACKOFF_SECONDS needs at least one wait")
         if self.consolidate_count >= self.consolidate_at:
             raise ValueError("PARLEY_CONSOLIDATE_COUNT must be below PARLEY_CONSOLIDATE_AT")
         return self

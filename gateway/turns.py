@@ -9,8 +9,10 @@ database, so a turn cut short by a crash is simply run again on the next start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -32,7 +34,7 @@ from memory.context import (
 from memory.models import Delivery, Role
 from memory.provenance import NOTICE_SOURCE
 from memory.store import NewMessage, Store, StoredMessage, TurnState
-from memory.tokens import estimate_tokens
+from memory.tokens import message_tokens
 
 log = structlog.get_logger(__name__)
 
@@ -43,13 +45,23 @@ MODEL_DOWN_NOTICE = (
 
 # Deliver a stored reply; the second argument is the message that started the turn.
 Deliver = Callable[[StoredMessage, StoredMessage], Awaitable[None]]
+# Held while the model writes an answer to a message (typing indicators).
+Presence = Callable[[StoredMessage], AbstractAsyncContextManager[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """Read once at a turn's start: what the system prompt shows besides the clock."""
+
+    timeline: tuple[ChunkView, ...] = ()
+    profile: tuple[str, ...] = ()
 
 
 class TurnMemory(Protocol):
     """What the archive does around a turn."""
 
-    async def before_turn(self, conversation_id: uuid.UUID) -> Sequence[ChunkView]:
-        """Apply finished archive work; return the timeline rows for the system prompt."""
+    async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
+        """Apply finished archive work; return the timeline rows and the profile."""
         ...
 
     async def after_turn(self, conversation_id: uuid.UUID) -> None:
@@ -58,8 +70,8 @@ class TurnMemory(Protocol):
 
 
 class NoMemory:
-    async def before_turn(self, conversation_id: uuid.UUID) -> Sequence[ChunkView]:
-        return ()
+    async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
+        return TurnContext()
 
     async def after_turn(self, conversation_id: uuid.UUID) -> None:
         return None
@@ -91,6 +103,7 @@ class TurnRunner:
         deliver: Deliver,
         commands: Commands | None = None,
         memory: TurnMemory | None = None,
+        presence: Presence | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -101,6 +114,11 @@ class TurnRunner:
         self._deliver = deliver
         self._commands = commands or Commands()
         self._memory = memory or NoMemory()
+        self._presence = presence or _no_presence
+        # Per-conversation locks held by a loop's step, or by `guard()` from outside.
+        self._guards: dict[uuid.UUID, tuple[asyncio.Lock, int]] = {}
+        # Conversations a command merged into another (linking): their loops end.
+        self._merged: set[uuid.UUID] = set()
         self._loops: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._again: set[uuid.UUID] = set()
         self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage]]]] = {}
@@ -144,27 +162,46 @@ class TurnRunner:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
+    @contextlib.asynccontextmanager
+    async def guard(self, conversation_id: uuid.UUID) -> AsyncIterator[None]:
+        """Hold a conversation's turns: wait for a running step to end and keep the
+        next from starting until released (linking rewrites the conversation).
+        Not re-entrant: a step must not guard its own conversation."""
+        lock, users = self._guards.get(conversation_id, (asyncio.Lock(), 0))
+        self._guards[conversation_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._guards[conversation_id]
+            if users <= 1:
+                del self._guards[conversation_id]
+            else:
+                self._guards[conversation_id] = (lock, users - 1)
+
     async def _loop(self, conversation_id: uuid.UUID) -> None:
         try:
-            while not self._closing:
+            while not self._closing and conversation_id not in self._merged:
                 self._again.discard(conversation_id)
-                timeline = await self._memory.before_turn(conversation_id)
-                state = await self._store.load_turn(conversation_id)
-                if state is None:
-                    if conversation_id in self._again:
-                        continue
-                    break
-                await self._step(state, timeline)
+                async with self.guard(conversation_id):
+                    context = await self._memory.before_turn(conversation_id)
+                    state = await self._store.load_turn(conversation_id)
+                    if state is None:
+                        if conversation_id in self._again:
+                            continue
+                        break
+                    await self._step(state, context)
         except Exception:
             log.exception("turn loop failed", conversation_id=str(conversation_id))
         finally:
             self._loops.pop(conversation_id, None)
+            self._merged.discard(conversation_id)
 
-    async def _step(self, state: TurnState, timeline: Sequence[ChunkView]) -> None:
+    async def _step(self, state: TurnState, context: TurnContext) -> None:
         """Answer the first command, or every message before the first command."""
         invocations = [self._commands.parse(m) for m in state.unanswered]
         if invocations[0] is not None:
-            await self._finish(state, invocations[0].message, await self._command(invocations[0]))
+            await self._run_command(state, invocations[0])
             return
         count = next((i for i, inv in enumerate(invocations) if inv is not None), len(invocations))
         answered = state.unanswered[:count]
@@ -172,19 +209,36 @@ class TurnRunner:
         # Later user messages (after a command) belong to later turns.
         live = tuple(m for m in state.live if m.role is not Role.USER or m.seq <= upto)
         state = replace(state, live=live, unanswered=answered)
-        await self._finish(state, answered[-1], await self._model(state, timeline))
+        async with self._presence(answered[-1]):
+            answer = await self._model(state, context)
+        await self._finish(state, answered[-1], answer)
         await self._memory.after_turn(state.conversation_id)
+
+    async def _run_command(self, state: TurnState, invocation: Invocation) -> None:
+        answer = await self._command(invocation)
+        # A command may move its own message: `/link CODE` merges this conversation
+        # into another. The answer follows the message, and that conversation's
+        # turns take over from here.
+        trigger = await self._store.message_by_id(invocation.message.id) or invocation.message
+        moved = trigger.conversation_id != state.conversation_id
+        if moved:
+            self._merged.add(state.conversation_id)
+            state = replace(state, conversation_id=trigger.conversation_id)
+        await self._finish(state, trigger, answer)
+        if moved:
+            self.request(trigger.conversation_id)
 
     async def _command(self, invocation: Invocation) -> _Answer:
         return _Answer(await self._commands.run(invocation), Role.EVENT, COMMAND_SOURCE)
 
-    async def _model(self, state: TurnState, timeline: Sequence[ChunkView]) -> _Answer:
+    async def _model(self, state: TurnState, context: TurnContext) -> _Answer:
         clock = clock_context(self._clock.now(), state.timezone, state.previous_at)
         window = self._limits.context_tokens - self._limits.max_reply_tokens
         # The timeline may use up to half the window; the live messages get the rest.
-        rows = render_timeline(timeline, state.timezone, budget=window // 2)
-        system = system_prompt(self._persona, clock, rows)
-        budget = window - estimate_tokens(system)
+        rows = render_timeline(context.timeline, state.timezone, budget=window // 2)
+        profile = "\n".join(f"- {line}" for line in context.profile)
+        system = system_prompt(self._persona, clock, rows, profile)
+        budget = window - message_tokens(system)
         turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens)
         try:
@@ -233,3 +287,8 @@ class TurnRunner:
                 future.set_result(reply)
         if still_waiting:
             self._waiters[conversation_id] = still_waiting
+
+
+@contextlib.asynccontextmanager
+async def _no_presence(_: StoredMessage) -> AsyncIterator[None]:
+    yield

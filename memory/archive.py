@@ -23,7 +23,6 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import aliased
 
 from memory.limits import MemoryLimits
 from memory.models import Chunk, ChunkStatus, Conversation, Message, Role, User
@@ -135,10 +134,15 @@ class Archive:
     async def cut(self, conversation_id: uuid.UUID, now: datetime) -> list[NewChunk]:
         """Cut pending level-0 chunks if the unarchived live messages outgrew the limit."""
         async with self._sessions() as session:
-            last_end = await session.scalar(
-                select(func.coalesce(func.max(Chunk.seq_end), 0)).where(
-                    Chunk.conversation_id == conversation_id, Chunk.level == 0
+            # Level-0 chunks are cut in seq order: the newest one ends the archive.
+            last_end = (
+                await session.scalar(
+                    select(Chunk.seq_end)
+                    .where(Chunk.conversation_id == conversation_id, Chunk.level == 0)
+                    .order_by(Chunk.seq_start.desc())
+                    .limit(1)
                 )
+                or 0
             )
             unarchived = (
                 Message.conversation_id == conversation_id,
@@ -192,6 +196,7 @@ class Archive:
                 await session.execute(
                     select(Chunk.id, Chunk.seq_start, Chunk.seq_end).where(
                         Chunk.conversation_id == conversation_id,
+                        Chunk.parent_id.is_(None),  # unswapped chunks are always roots
                         Chunk.level == 0,
                         Chunk.status == ChunkStatus.READY,
                         Chunk.in_timeline.is_(False),
@@ -218,21 +223,37 @@ class Archive:
 
     async def timeline(self, conversation_id: uuid.UUID) -> list[ChunkView]:
         """The rows the model sees, oldest first: every ready chunk in the timeline
-        whose parent is not ready yet."""
-        parent = aliased(Chunk)
-        query = (
-            select(Chunk)
-            .outerjoin(parent, parent.id == Chunk.parent_id)
-            .where(
-                Chunk.conversation_id == conversation_id,
-                Chunk.status == ChunkStatus.READY,
-                or_(Chunk.level > 0, Chunk.in_timeline.is_(True)),
-                or_(Chunk.parent_id.is_(None), parent.status != ChunkStatus.READY),
-            )
-            .order_by(Chunk.seq_start)
-        )
+        whose parent is not ready yet.
+
+        Reads only roots and the children of unfinished parents (a handful per level),
+        so it costs the same for a thousand archived messages as for a million.
+        """
         async with self._sessions() as session:
-            return [_chunk_view(row) for row in await session.scalars(query)]
+            roots = list(
+                await session.scalars(
+                    select(Chunk).where(
+                        Chunk.conversation_id == conversation_id, Chunk.parent_id.is_(None)
+                    )
+                )
+            )
+            unfinished = [r.id for r in roots if r.status != ChunkStatus.READY and r.level > 0]
+            children = (
+                list(
+                    await session.scalars(
+                        select(Chunk).where(
+                            Chunk.parent_id.in_(unfinished), Chunk.status == ChunkStatus.READY
+                        )
+                    )
+                )
+                if unfinished
+                else []
+            )
+        shown = [
+            row
+            for row in roots + children
+            if row.status == ChunkStatus.READY and (row.level > 0 or row.in_timeline)
+        ]
+        return [_chunk_view(row) for row in sorted(shown, key=lambda r: r.seq_start)]
 
     # -- roll-ups (in jobs) -----------------------------------------------------------
 
@@ -385,13 +406,27 @@ class Archive:
     async def record_failure(
         self, chunk_id: int, error: str, now: datetime, retry_at: datetime, *, failed: bool
     ) -> bool:
-        """Note a failed attempt; True the first time the chunk is marked failed, when
-        the person should be told once."""
+        """Note a failed attempt. True when the person should be told: the first chunk of
+        their conversation to be marked failed while none other is (once per outage)."""
         async with self._sessions() as session:
             row = await session.get(Chunk, chunk_id)
             if row is None or row.status == ChunkStatus.READY:
                 return False
-            tell = failed and not row.user_notified
+            # Serialise the "anyone told yet?" check per conversation (no-op on SQLite,
+            # whose writers are serial anyway).
+            await session.execute(
+                select(Conversation.id)
+                .where(Conversation.id == row.conversation_id)
+                .with_for_update()
+            )
+            already_told = await session.scalar(
+                select(func.count()).where(
+                    Chunk.conversation_id == row.conversation_id,
+                    Chunk.status == ChunkStatus.FAILED,
+                    Chunk.user_notified.is_(True),
+                )
+            )
+            tell = failed and not row.user_notified and not already_told
             row.last_error = error[:2000]
             row.lease_until = None
             row.next_attempt_at = retry_at
@@ -451,6 +486,41 @@ class Archive:
         )
         async with self._sessions() as session:
             return list(set(await session.scalars(query)))
+
+    # -- profile extraction bookkeeping -------------------------------------------------
+
+    async def chunks_to_extract(self, limit: int = 100) -> list[int]:
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                select(Chunk.id)
+                .where(
+                    Chunk.facts_extracted.is_(False),
+                    Chunk.status == ChunkStatus.READY,
+                    Chunk.level == 0,
+                )
+                .order_by(Chunk.id)
+                .limit(limit)
+            )
+            return list(rows)
+
+    async def mark_extracted(self, chunk_id: int) -> None:
+        async with self._sessions() as session:
+            await session.execute(
+                update(Chunk).where(Chunk.id == chunk_id).values(facts_extracted=True)
+            )
+            await session.commit()
+
+    async def recent_summaries_of(self, user_id: uuid.UUID, count: int) -> list[str]:
+        """The newest summaries of the person's own conversation, oldest first."""
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                select(Chunk.summary)
+                .join(Conversation, Conversation.id == Chunk.conversation_id)
+                .where(Conversation.user_id == user_id, Chunk.status == ChunkStatus.READY)
+                .order_by(Chunk.time_end.desc())
+                .limit(count)
+            )
+            return [s for s in rows if s][::-1]
 
     # -- reading ----------------------------------------------------------------------
 

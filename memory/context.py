@@ -16,7 +16,7 @@ from memory.archive import ChunkView
 from memory.models import Role
 from memory.provenance import COMMAND_SOURCE, from_gateway, label
 from memory.store import StoredMessage
-from memory.tokens import TokenCounter, estimate_tokens
+from memory.tokens import TokenCounter, estimate_tokens, message_tokens
 from memory.zones import zone
 
 IDLE_GAP = timedelta(days=1)
@@ -137,7 +137,7 @@ def fit_to_budget(
     turns: list[ChatTurn], budget: int, count: TokenCounter = estimate_tokens
 ) -> list[ChatTurn]:
     """Drop the oldest turns until the rest fit `budget` tokens. The newest is kept."""
-    sizes = [count(turn.content) + 4 for turn in turns]
+    sizes = [message_tokens(turn.content, count) for turn in turns]
     total = sum(sizes)
     start = 0
     while total > budget and start < len(turns) - 1:

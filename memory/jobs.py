@@ -27,6 +27,7 @@ log = structlog.get_logger(__name__)
 
 SUMMARIZE = "summarize"
 ROLLUP = "rollup"
+EXTRACT = "extract"  # run by memory.profile_jobs
 
 ARCHIVE_TROUBLE_NOTICE = (
     "I'm having trouble archiving the older part of our conversation right now. Nothing "
@@ -105,6 +106,8 @@ class ArchiveJobs:
             log.info("chunk summarised", chunk_id=chunk_id, level=claim.chunk.level)
             conversation = claim.chunk.conversation_id
             await self._enqueue(ROLLUP, str(conversation), key=rollup_key(conversation))
+            if claim.chunk.level == 0:
+                await self._enqueue(EXTRACT, str(chunk_id), key=f"{EXTRACT}:{chunk_id}")
 
     async def _write(self, claim: Claim) -> str:
         kind: Kind = "chunk" if claim.chunk.level <= 1 else "rollup"

@@ -81,6 +81,9 @@ class ConversationKind(StrEnum):
 class Delivery(StrEnum):
     PENDING = "pending"
     SENT = "sent"
+    # Receipts from platforms that report them (WhatsApp statuses).
+    DELIVERED = "delivered"
+    READ = "read"
     FAILED = "failed"
 
 
@@ -140,6 +143,11 @@ class Chunk(Base):
     __table_args__ = (
         # Also makes cutting and rolling up idempotent across replicas.
         UniqueConstraint("conversation_id", "level", "seq_start"),
+        # Roots (no parent) are the few chunks a turn or roll-up looks at: unswapped
+        # and pending chunks are always roots, so no query scans a whole archive.
+        Index("ix_chunks_roots", "conversation_id", "parent_id", "level"),
+        Index("ix_chunks_due", "status", "next_attempt_at"),
+        Index("ix_chunks_extract", "facts_extracted", "status", "level"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -166,6 +174,8 @@ class Chunk(Base):
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     user_notified: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Level 0: the person's facts were taken from it into their profile (once).
+    facts_extracted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
@@ -176,6 +186,8 @@ class Message(Base):
         UniqueConstraint("conversation_id", "seq"),
         UniqueConstraint("channel", "platform_message_id"),
         Index("ix_messages_reply", "conversation_id", "reply_to_seq"),
+        # The live window (chunk_id IS NULL) without walking the archived messages.
+        Index("ix_messages_live", "conversation_id", "chunk_id", "seq"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -204,3 +216,94 @@ class Message(Base):
     delivery: Mapped[str | None] = mapped_column(String(16))
     delivery_attempts: Mapped[int] = mapped_column(Integer, default=0)
     delivery_error: Mapped[str | None] = mapped_column(Text)
+    # How many parts of a split reply the platform took: a retry resumes after them.
+    delivery_parts_sent: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+# -- access policy, identity linking and delivery receipts (connectors) ---------------
+
+
+class PairingRequest(Base):
+    """An unknown person asking to talk to the bot on a `pairing` channel."""
+
+    __tablename__ = "pairing_requests"
+    __table_args__ = (UniqueConstraint("channel", "external_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    external_id: Mapped[str] = mapped_column(String(200))
+    display_name: Mapped[str] = mapped_column(String(200), default="")
+    code: Mapped[str] = mapped_column(String(16), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Set by the operator; from then on the person is let in for good.
+    approved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class LinkCode(Base):
+    """A one-time code that attaches another channel's identity to the issuer's user."""
+
+    __tablename__ = "link_codes"
+
+    code: Mapped[str] = mapped_column(String(16), primary_key=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    identity_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("identities.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class SentPart(Base):
+    """One platform message that carried (part of) a reply, for receipts to find."""
+
+    __tablename__ = "sent_parts"
+    __table_args__ = (
+        UniqueConstraint("channel", "platform_message_id"),
+        UniqueConstraint("message_id", "part"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
+    part: Mapped[int] = mapped_column(Integer)
+    channel: Mapped[str] = mapped_column(String(32))
+    platform_message_id: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16), default=Delivery.SENT)
+    error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# -- profile: lasting facts about a person ---------------------------------------------
+
+
+class Profile(Base):
+    """A person's facts, one per line. Every change bumps `revision`; an edit made
+    against an older revision is refused instead of overwriting newer lines."""
+
+    __tablename__ = "profiles"
+
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    text: Mapped[str] = mapped_column(Text, default="")
+    revision: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Tidying: consecutive failures, when it may run again, and (after a tidy that could
+    # not shrink the profile) the size it must pass first.
+    tidy_failures: Mapped[int] = mapped_column(Integer, default=0)
+    tidy_not_before: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    tidy_after_chars: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class RetiredFact(Base):
+    """Every profile line ever removed or shortened, word for word. Append-only."""
+
+    __tablename__ = "retired_facts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    text: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(String(32))
+    profile_revision: Mapped[int] = mapped_column(Integer)
+    retired_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -45,6 +45,8 @@ class StoredMessage:
     token_count: int
     reply_to_seq: int | None
     delivery: Delivery | None
+    # Why the platform refused the reply (set when delivery failed or is being retried).
+    delivery_error: str | None = None
 
     @property
     def sent_at(self) -> datetime:
@@ -108,6 +110,7 @@ MESSAGE_COLUMNS = (
     Message.token_count,
     Message.reply_to_seq,
     Message.delivery,
+    Message.delivery_error,
 )
 
 
@@ -128,6 +131,7 @@ def message_view(row: Any) -> StoredMessage:
         token_count=row.token_count,
         reply_to_seq=row.reply_to_seq,
         delivery=Delivery(row.delivery) if row.delivery else None,
+        delivery_error=row.delivery_error,
     )
 
 
@@ -299,6 +303,13 @@ class Store:
             row = (await session.execute(query)).one_or_none()
         return None if row is None else message_view(row)
 
+    async def message_by_id(self, message_id: int) -> StoredMessage | None:
+        """A message wherever it is now (linking moves messages between conversations)."""
+        query = select(*MESSAGE_COLUMNS).where(Message.id == message_id)
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        return None if row is None else message_view(row)
+
     async def external_id(self, identity_id: uuid.UUID | None) -> str:
         """The platform address of an identity ('' when there is none)."""
         if identity_id is None:
@@ -308,6 +319,30 @@ class Store:
                 select(Identity.external_id).where(Identity.id == identity_id)
             )
         return found or ""
+
+    async def personal_owner(self, conversation_id: uuid.UUID) -> uuid.UUID | None:
+        """The person whose own conversation this is; None for a group."""
+        async with self._sessions() as session:
+            return await session.scalar(
+                select(Conversation.user_id).where(
+                    Conversation.id == conversation_id,
+                    Conversation.kind == ConversationKind.PERSONAL,
+                )
+            )
+
+    async def messages_between(
+        self, conversation_id: uuid.UUID, first_seq: int, last_seq: int
+    ) -> list[StoredMessage]:
+        query = (
+            select(*MESSAGE_COLUMNS)
+            .where(
+                Message.conversation_id == conversation_id,
+                Message.seq.between(first_seq, last_seq),
+            )
+            .order_by(Message.seq)
+        )
+        async with self._sessions() as session:
+            return [message_view(row) for row in await session.execute(query)]
 
     async def last_channel(self, conversation_id: uuid.UUID) -> str:
         """The channel the conversation was last written on."""

@@ -34,3 +34,11 @@ def database_url(request: pytest.FixtureRequest, _sqlite_template: Path, tmp_pat
 async def llm() -> AsyncIterator[FakeLLM]:
     async with fake_llm() as server:
         yield server
+
+
+@pytest.fixture
+async def redis_url() -> str:
+    """A real, empty Redis database (skips without Redis; fails under CI=true)."""
+    from tests.support.redis import fresh_redis
+
+    return await fresh_redis()

@@ -123,6 +123,16 @@ async def open_chat(page: Page, url: str) -> None:
     await expect(page.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
 
 
+async def shows(page: Page, texts: list[str]) -> None:
+    """Wait until the log holds exactly these bubbles, with no reply still streaming.
+
+    A finished draft has the same text as the stored reply that replaces it, so wait
+    on the stored bubbles and then make sure no draft is left over.
+    """
+    await expect(page.locator("#log .msg:not(.draft)")).to_have_text(texts)
+    await expect(page.locator("#log .draft")).to_have_count(0)
+
+
 async def bubbles(page: Page) -> list[list[Any]]:
     found: list[list[Any]] = await page.locator("#log .msg").evaluate_all(BUBBLES_JS)
     return found
@@ -155,7 +165,7 @@ async def test_enter_sends_and_the_streamed_reply_becomes_one_assistant_bubble(
 
         gate.set()
         log = page.locator("#log .msg")
-        await expect(log).to_have_text(["hello there", "reply 1"])
+        await shows(page, ["hello there", "reply 1"])
         await expect(log).to_have_class(["msg user", "msg assistant"])
         await expect(page.locator("#log .draft")).to_have_count(0)
 
@@ -180,18 +190,17 @@ async def test_reload_shows_the_history_once_and_in_order(
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
         message = page.get_by_label("Message")
-        log = page.locator("#log .msg")
         await message.fill("first")
         await message.press("Enter")
-        await expect(log).to_have_text(["first", "reply 1"])
+        await shows(page, ["first", "reply 1"])
         await message.fill("second")
         await message.press("Enter")
-        await expect(log).to_have_text(["first", "reply 1", "second", "reply 2"])
+        await shows(page, ["first", "reply 1", "second", "reply 2"])
         token = await stored_token(page)
 
         await page.reload()
         await expect(page.locator("#status")).to_have_text("online")
-        await expect(log).to_have_text(["first", "reply 1", "second", "reply 2"])
+        await shows(page, ["first", "reply 1", "second", "reply 2"])
         expected = [
             ["1", "msg user", "first"],
             ["2", "msg assistant", "reply 1"],
@@ -204,9 +213,7 @@ async def test_reload_shows_the_history_once_and_in_order(
         # Live messages after the resume follow on, without repeating what was replayed.
         await message.fill("third")
         await message.press("Enter")
-        await expect(log).to_have_text(
-            ["first", "reply 1", "second", "reply 2", "third", "reply 3"]
-        )
+        await shows(page, ["first", "reply 1", "second", "reply 2", "third", "reply 3"])
         assert await bubbles(page) == [
             *expected,
             ["5", "msg user", "third"],
@@ -226,8 +233,7 @@ async def test_messages_from_another_client_show_up_live(
 
         assert response.status_code == 200, response.text
         assert response.json()["reply"]["text"] == "reply 1"
-        log = page.locator("#log .msg")
-        await expect(log).to_have_text(["sent from my phone", "reply 1"])
+        await shows(page, ["sent from my phone", "reply 1"])
         assert await bubbles(page) == [
             ["1", "msg user", "sent from my phone"],
             ["2", "msg assistant", "reply 1"],
@@ -237,9 +243,7 @@ async def test_messages_from_another_client_show_up_live(
         message = page.get_by_label("Message")
         await message.fill("and now from the browser")
         await message.press("Enter")
-        await expect(log).to_have_text(
-            ["sent from my phone", "reply 1", "and now from the browser", "reply 2"]
-        )
+        await shows(page, ["sent from my phone", "reply 1", "and now from the browser", "reply 2"])
         assert [m["text"] for m in await gw.history(token)] == [
             "sent from my phone",
             "reply 1",
@@ -256,21 +260,26 @@ async def test_html_in_messages_is_shown_as_text(
     )
     answer = '<i>italic</i><img src=y onerror="window.__pwned = 3">'
     llm.script(Reply(answer))
+    await page.add_init_script(RECORD_DRAFTS_JS)
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
         message = page.get_by_label("Message")
         await message.fill(hostile)
         await message.press("Enter")
 
-        log = page.locator("#log .msg")
-        await expect(log).to_have_text([hostile, answer])
+        await shows(page, [hostile, answer])
         assert await bubbles(page) == [["1", "msg user", hostile], ["2", "msg assistant", answer]]
         assert await page.locator("#log .msg *").count() == 0  # no element came from the text
+        # The streamed draft showed the markup as text too.
+        drafts = await page.evaluate(
+            "() => window.__drafts.map(d => [d.textContent, d.childElementCount])"
+        )
+        assert drafts == [[answer, 0]]
         assert await page.evaluate("() => window.__pwned") is None
 
         # Replayed history is rendered the same way.
         await page.reload()
-        await expect(log).to_have_text([hostile, answer])
+        await shows(page, [hostile, answer])
         assert await page.locator("#log .msg *").count() == 0
         assert await page.evaluate("() => window.__pwned") is None
 
@@ -283,10 +292,9 @@ async def test_after_a_dropped_connection_the_page_catches_up_without_repeats(
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
         message = page.get_by_label("Message")
-        log = page.locator("#log .msg")
         await message.fill("before the drop")
         await message.press("Enter")
-        await expect(log).to_have_text(["before the drop", "reply 1"])
+        await shows(page, ["before the drop", "reply 1"])
 
         await line.cut(stay_down=True)
         await expect(page.locator("#status")).to_have_text("reconnecting…")
@@ -297,9 +305,7 @@ async def test_after_a_dropped_connection_the_page_catches_up_without_repeats(
 
         line.up = True
         await expect(page.locator("#status")).to_have_text("online")
-        await expect(log).to_have_text(
-            ["before the drop", "reply 1", "while the page was away", "reply 2"]
-        )
+        await shows(page, ["before the drop", "reply 1", "while the page was away", "reply 2"])
         assert [b[0] for b in await bubbles(page)] == ["1", "2", "3", "4"]
 
 
@@ -311,10 +317,9 @@ async def test_a_token_the_server_no_longer_accepts_starts_a_fresh_conversation(
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
         message = page.get_by_label("Message")
-        log = page.locator("#log .msg")
         await message.fill("under the old key")
         await message.press("Enter")
-        await expect(log).to_have_text(["under the old key", "reply 1"])
+        await shows(page, ["under the old key", "reply 1"])
         old_token = await stored_token(page)
 
         # As if the secret key had been rotated: the stored token is signed by another key.
@@ -335,10 +340,14 @@ async def test_a_token_the_server_no_longer_accepts_starts_a_fresh_conversation(
 
         await message.fill("after the rotation")
         await message.press("Enter")
-        # The new conversation numbers its messages from 1 again; they must still be shown.
-        await expect(page.locator("#log .msg:not(.event)")).to_have_text(
-            ["after the rotation", "reply 2"]
-        )
+        # The new conversation numbers its messages from 1 again; they must still be shown,
+        # and the old conversation's bubbles, which the new token cannot read, are gone.
+        await shows(page, ["invalid web chat token", "after the rotation", "reply 2"])
+        assert await bubbles(page) == [
+            [None, "msg event", "invalid web chat token"],
+            ["1", "msg user", "after the rotation"],
+            ["2", "msg assistant", "reply 2"],
+        ]
         assert [m["text"] for m in await gw.history(fresh)] == ["after the rotation", "reply 2"]
 
 
@@ -361,4 +370,4 @@ async def test_a_failed_session_start_is_retried(
         message = page.get_by_label("Message")
         await message.fill("second time lucky")
         await message.press("Enter")
-        await expect(page.locator("#log .msg")).to_have_text(["second time lucky", "reply 1"])
+        await shows(page, ["second time lucky", "reply 1"])

@@ -1,4 +1,5 @@
-"""archive work state
+"""archive work state: leases, retries, timeline flag and the indexes that keep turns
+independent of archive size
 
 Revision ID: 0002
 Revises: 0001
@@ -36,10 +37,18 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("user_notified", sa.Boolean(), server_default=sa.false(), nullable=False)
         )
+        batch_op.create_index("ix_chunks_roots", ["conversation_id", "parent_id", "level"])
+        batch_op.create_index("ix_chunks_due", ["status", "next_attempt_at"])
+    with op.batch_alter_table("messages", schema=None) as batch_op:
+        batch_op.create_index("ix_messages_live", ["conversation_id", "chunk_id", "seq"])
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("messages", schema=None) as batch_op:
+        batch_op.drop_index("ix_messages_live")
     with op.batch_alter_table("chunks", schema=None) as batch_op:
+        batch_op.drop_index("ix_chunks_due")
+        batch_op.drop_index("ix_chunks_roots")
         batch_op.drop_column("user_notified")
         batch_op.drop_column("next_attempt_at")
         batch_op.drop_column("lease_until")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -63,6 +63,8 @@ class FakeLLM:
         self.active = 0
         self.max_active = 0
         self._script: deque[Behaviour] = deque()
+        # Consulted before the script: picks a behaviour by request body and number.
+        self.responder: Callable[[dict[str, Any], int], Behaviour | None] | None = None
         self._arrivals = asyncio.Condition()
         self._closing = asyncio.Event()
         routes = [
@@ -86,6 +88,13 @@ class FakeLLM:
         except TimeoutError:
             raise TimeoutError(f"expected {n} requests, got {len(self.requests)}") from None
 
+    async def wait_until(
+        self, condition: Callable[[list[dict[str, Any]]], bool], seconds: float = 10.0
+    ) -> None:
+        """Wait until the requests received so far satisfy `condition`."""
+        async with asyncio.timeout(seconds), self._arrivals:
+            await self._arrivals.wait_for(lambda: condition(self.requests))
+
     async def _openai(self, request: Request) -> Response:
         behaviour, number, body = await self._arrive(request)
         return await self._respond(behaviour, _OpenAIWire(str(body.get("model")), number))
@@ -100,7 +109,13 @@ class FakeLLM:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
             number = len(self.requests)
-            behaviour = self._script.popleft() if self._script else Reply(f"reply {number}")
+            chosen = self.responder(body, number) if self.responder else None
+            if chosen is not None:
+                behaviour = chosen
+            elif self._script:
+                behaviour = self._script.popleft()
+            else:
+                behaviour = Reply(f"reply {number}")
             self._arrivals.notify_all()
         return behaviour, number, body
 

@@ -1,0 +1,230 @@
+"""The Telegram connector: verify and take updates in, send replies out.
+
+Updates arrive on our own route (`POST /webhooks/telegram`, the secret token header
+checked in constant time) or by long polling; either way an update is acknowledged
+only once the core has committed its message. Replies go out as plain text (never
+MarkdownV2, which fails on unescaped model output), split at 4096 UTF-16 units.
+"""
+
+# No `from __future__ import annotations`: FastAPI must evaluate the route signatures.
+
+import hmac
+import json
+import logging
+from collections.abc import Sequence
+from typing import Annotated
+
+import structlog
+from fastapi import APIRouter, Header, HTTPException, Request, Response, status
+from telegram import Bot, ReplyParameters, Update
+from telegram.constants import ChatAction
+from telegram.error import ChatMigrated, InvalidToken, TelegramError
+
+from connectors.telegram.errors import delivery_error
+from connectors.telegram.normalize import (
+    CHANNEL,
+    BotUser,
+    chat_id,
+    is_group,
+    message_key,
+    normalize,
+)
+from connectors.telegram.polling import Poller
+from gateway.core import Core
+from gateway.delivery import Pace
+from gateway.errors import AccessRefused, ConfigError, DeliveryError
+from gateway.messages import ChatRef, Outbound
+from gateway.settings import Settings, TelegramMode
+from gateway.split import utf16_length
+
+log = structlog.get_logger(__name__)
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+WEBHOOK_PATH = "/webhooks/telegram"
+ALLOWED_UPDATES = ("message", "edited_message")
+MAX_CHARS = 4096
+# Telegram's (unpublished) limits: about one message a second per chat, 20 a minute
+# per group, 30 a second overall.
+CHAT_INTERVAL = 1.0
+GROUP_INTERVAL = 3.0
+BOT_INTERVAL = 1 / 30
+
+
+def create(core: Core, settings: Settings) -> "TelegramConnector":
+    assert settings.telegram_token is not None
+    api = settings.telegram_api_url.rstrip("/")
+    bot = Bot(
+        settings.telegram_token.get_secret_value(),
+        base_url=f"{api}/bot",
+        base_file_url=f"{api}/file/bot",
+    )
+    return TelegramConnector(core, settings, bot)
+
+
+class TelegramConnector:
+    channel = CHANNEL
+    max_chars = MAX_CHARS
+    # `sendChatAction` shows "typing…" for at most 5 seconds.
+    typing_interval = 4.0
+
+    def __init__(self, core: Core, settings: Settings, bot: Bot) -> None:
+        self.core = core
+        self.settings = settings
+        self.bot = bot
+        self._me: BotUser | None = None
+        # Groups that became supergroups: replies follow them to their new id.
+        self._migrated: dict[int, int] = {}
+        self._poller: Poller | None = None
+        self.router = _router(self) if settings.telegram_mode is TelegramMode.WEBHOOK else None
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        # httpx logs every request URL at INFO, and Bot API URLs contain the token.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        try:
+            await self.bot.initialize()
+        except InvalidToken:
+            # PTB's own message quotes the token; ours names the setting instead.
+            raise ConfigError(
+                "invalid setting PARLEY_TELEGRAM_TOKEN: Telegram rejected the bot token"
+            ) from None
+        except TelegramError as exc:
+            log.warning("Telegram is unreachable; will try again when needed", error=str(exc))
+        else:
+            self._me = BotUser(self.bot.id, self.bot.username)
+        if self.settings.telegram_mode is TelegramMode.POLLING:
+            self._poller = Poller(self.bot, self.handle, ALLOWED_UPDATES)
+            await self._poller.start()
+        elif self.settings.public_url:
+            await self._set_webhook(self.settings.public_url.rstrip("/") + WEBHOOK_PATH)
+
+    async def stop(self) -> None:
+        if self._poller is not None:
+            await self._poller.stop()
+        await self.bot.shutdown()
+
+    async def _set_webhook(self, url: str) -> None:
+        secret = self.settings.telegram_webhook_secret
+        assert secret is not None  # settings require it in webhook mode
+        try:
+            await self.bot.set_webhook(
+                url, secret_token=secret.get_secret_value(), allowed_updates=ALLOWED_UPDATES
+            )
+        except TelegramError as exc:
+            log.error("could not register the Telegram webhook", url=url, error=str(exc))
+        else:
+            log.info("Telegram webhook registered", url=url)
+
+    # -- intake -----------------------------------------------------------------------
+
+    def verify_secret(self, given: str | None) -> None:
+        secret = self.settings.telegram_webhook_secret
+        if given is None:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, f"missing {SECRET_HEADER}")
+        expected = b"" if secret is None else secret.get_secret_value().encode()
+        if not expected or not hmac.compare_digest(given.encode(), expected):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"wrong {SECRET_HEADER}")
+
+    def parse(self, body: bytes) -> Update:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "body is not JSON") from None
+        if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "not a Telegram update")
+        try:
+            # PTB builds objects from whatever it is given and fails with whatever
+            # Python raises on a wrong shape.
+            return Update.de_json(data, self.bot)
+        except (TypeError, KeyError, AttributeError, ValueError, OverflowError):
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "not a Telegram update") from None
+
+    async def handle(self, update: Update) -> None:
+        """Hand an update's message to the core; returns once it is committed."""
+        me = await self._bot_user() if is_group(update) else self._me
+        inbound = normalize(update, me)
+        if inbound is None:
+            return
+        try:
+            await self.core.receive(inbound)
+        except AccessRefused as refused:
+            target = chat_id(update)
+            if inbound.expects_reply and target is not None:
+                await self._notice(target, refused.answer)
+
+    async def _bot_user(self) -> BotUser | None:
+        if self._me is None:
+            try:
+                me = await self.bot.get_me()
+            except TelegramError as exc:
+                log.warning("Telegram getMe failed", error=str(exc))
+                return None
+            self._me = BotUser(me.id, me.username or "")
+        return self._me
+
+    async def _notice(self, target: int, text: str) -> None:
+        """A gateway answer that is not stored (a refusal, a pairing code)."""
+        try:
+            await self.bot.send_message(target, text)
+        except TelegramError as exc:
+            log.warning("could not send a notice on Telegram", error=str(exc))
+
+    # -- output -----------------------------------------------------------------------
+
+    def measure(self, text: str) -> int:
+        return utf16_length(text)
+
+    def pacing(self, outbound: Outbound) -> Sequence[Pace]:
+        target = self._target(outbound.group_id, outbound.external_user_id)
+        interval = GROUP_INTERVAL if outbound.group_id else CHAT_INTERVAL
+        return (Pace((CHANNEL, target), interval), Pace((CHANNEL,), BOT_INTERVAL))
+
+    async def send(self, outbound: Outbound) -> str | None:
+        target = self._target(outbound.group_id, outbound.external_user_id)
+        reply = None
+        # In a group, the first part answers the message visibly; in a private chat
+        # the answer is plain.
+        if outbound.group_id and outbound.part == 0 and outbound.reply_to_platform_id:
+            _, _, message_id = outbound.reply_to_platform_id.partition(":")
+            if message_id.isdigit():
+                reply = ReplyParameters(int(message_id), allow_sending_without_reply=True)
+        try:
+            sent = await self.bot.send_message(target, outbound.text, reply_parameters=reply)
+        except TelegramError as exc:
+            raise self._delivery_error(target, exc) from None
+        return message_key(sent.chat.id, sent.message_id)
+
+    async def typing(self, chat: ChatRef) -> None:
+        target = self._target(chat.group_id, chat.external_user_id)
+        try:
+            await self.bot.send_chat_action(target, ChatAction.TYPING)
+        except TelegramError as exc:
+            raise self._delivery_error(target, exc) from None
+
+    def _target(self, group_id: str | None, user_id: str) -> int:
+        target = int(group_id or user_id)
+        return self._migrated.get(target, target)
+
+    def _delivery_error(self, target: int, exc: TelegramError) -> DeliveryError:
+        if isinstance(exc, ChatMigrated):
+            # The next try goes to the supergroup's new id.
+            self._migrated[target] = exc.new_chat_id
+            return DeliveryError("the group became a supergroup; sending to its new id")
+        return delivery_error(exc)
+
+
+def _router(connector: TelegramConnector) -> APIRouter:
+    router = APIRouter(tags=["telegram"])
+
+    @router.post(WEBHOOK_PATH, include_in_schema=False)
+    async def webhook(
+        request: Request,
+        secret: Annotated[str | None, Header(alias=SECRET_HEADER)] = None,
+    ) -> Response:
+        connector.verify_secret(secret)
+        update = connector.parse(await request.body())
+        await connector.handle(update)
+        return Response(status_code=status.HTTP_200_OK)
+
+    return router

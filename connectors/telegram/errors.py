@@ -1,0 +1,30 @@
+"""python-telegram-bot errors as Parley's delivery errors."""
+
+from __future__ import annotations
+
+import warnings
+
+from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
+from telegram.warnings import PTBDeprecationWarning
+
+from gateway.errors import DeliveryError, Undeliverable
+
+
+def retry_after_seconds(exc: RetryAfter) -> float:
+    # PTB 22 warns that `retry_after` will become a timedelta; either way we want seconds.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = exc.retry_after
+    return float(value) if isinstance(value, int | float) else value.total_seconds()
+
+
+def delivery_error(exc: TelegramError) -> DeliveryError:
+    """Flood control carries its wait; refusals (blocked, bad request) are final;
+    everything else (network, 5xx) is worth another try."""
+    if isinstance(exc, RetryAfter):
+        return DeliveryError(
+            f"Telegram flood control: {exc.message}", retry_after=retry_after_seconds(exc)
+        )
+    if isinstance(exc, Forbidden | BadRequest | InvalidToken):
+        return Undeliverable(f"Telegram refused the message: {exc.message}")
+    return DeliveryError(f"Telegram did not take the message: {exc.message}")

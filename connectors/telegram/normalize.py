@@ -1,0 +1,136 @@
+"""Telegram updates as Parley inbound messages (pure functions, no I/O).
+
+Private chats feed the sender's personal conversation. In groups only messages that
+mention the bot, reply to it or carry a command addressed to it are taken; each group
+has its own conversation. Photos, voice notes and other media become labelled
+placeholders (their caption is kept); an edit becomes a labelled event that is stored
+but not answered. Updates of any other kind, and service messages, are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from telegram import Message, MessageEntity, Update
+from telegram.constants import ChatType, MessageEntityType
+
+from gateway.messages import Inbound
+
+CHANNEL = "telegram"
+EDIT_SOURCE = "telegram edit of an earlier message"
+
+# Message attribute -> how the placeholder names it, in the order Telegram documents them.
+_MEDIA = (
+    ("animation", "a GIF"),
+    ("audio", "an audio file"),
+    ("document", "a file"),
+    ("photo", "a photo"),
+    ("sticker", "a sticker"),
+    ("video", "a video"),
+    ("video_note", "a video message"),
+    ("voice", "a voice message"),
+    ("contact", "a contact card"),
+    ("dice", "a dice roll"),
+    ("poll", "a poll"),
+    ("venue", "a place"),
+    ("location", "a location"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BotUser:
+    id: int
+    username: str
+
+
+def message_key(chat_id: int, message_id: int) -> str:
+    """A message id unique per channel (Telegram's are unique per chat only)."""
+    return f"{chat_id}:{message_id}"
+
+
+def is_group(update: Update) -> bool:
+    message = update.message or update.edited_message
+    return message is not None and message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+
+
+def chat_id(update: Update) -> int | None:
+    message = update.message or update.edited_message
+    return None if message is None else message.chat.id
+
+
+def normalize(update: Update, me: BotUser | None) -> Inbound | None:
+    """The inbound message an update carries; None for what Parley ignores."""
+    message = update.message or update.edited_message
+    if message is None:
+        return None
+    edited = update.message is None
+    user = message.from_user
+    # Channel posts and anonymous admins have no person behind them; Telegram never
+    # shows bots each other's messages, but a forged one is ignored all the same.
+    if user is None or user.is_bot or message.chat.type == ChatType.CHANNEL:
+        return None
+    group = message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+    if group and not addressed(message, me):
+        return None
+    content = _content(message)
+    if content is None:
+        return None
+    text, source = content
+    key = message_key(message.chat.id, message.message_id)
+    if edited:
+        # Every edit is its own event; a redelivered edit carries the same edit date.
+        stamp = message.edit_date.timestamp() if message.edit_date else update.update_id
+        key = f"{key}:edit:{int(stamp)}"
+        source = EDIT_SOURCE if source is None else f"{EDIT_SOURCE} ({source})"
+    return Inbound(
+        channel=CHANNEL,
+        external_user_id=str(user.id),
+        text=text,
+        platform_message_id=key,
+        platform_ts=message.date,
+        display_name=user.full_name,
+        source=source,
+        group_id=str(message.chat.id) if group else None,
+        group_title=(message.chat.title or "") if group else "",
+        expects_reply=not edited,
+    )
+
+
+def addressed(message: Message, me: BotUser | None) -> bool:
+    """Does a group message speak to the bot: a mention, a reply or a command?"""
+    if me is None:
+        return False
+    replied = message.reply_to_message
+    if replied is not None and replied.from_user is not None and replied.from_user.id == me.id:
+        return True
+    entities = message.parse_entities() or message.parse_caption_entities()
+    return any(_names_bot(entity, text, me) for entity, text in entities.items())
+
+
+def _names_bot(entity: MessageEntity, text: str, me: BotUser) -> bool:
+    handle = "@" + me.username.lower()
+    if entity.type == MessageEntityType.MENTION:
+        return text.lower() == handle
+    if entity.type == MessageEntityType.TEXT_MENTION:
+        return entity.user is not None and entity.user.id == me.id
+    if entity.type == MessageEntityType.BOT_COMMAND:
+        _, at, target = text.partition("@")
+        # A bare command opening the message is for every bot in the group.
+        return (not at and entity.offset == 0) or "@" + target.lower() == handle
+    return False
+
+
+def _content(message: Message) -> tuple[str, str | None] | None:
+    """Text and source label: typed text has no label, media get a placeholder."""
+    if message.text:
+        return message.text, None
+    for attribute, what in _MEDIA:
+        if getattr(message, attribute):
+            caption = message.caption or ""
+            note = (
+                f"(The person sent {what}. Parley cannot pass it on, so you cannot see or "
+                "hear it; tell them kindly if it matters.)"
+            )
+            text = f"{note}\n{caption}" if caption else note
+            return text, f"telegram {attribute.replace('_', ' ')}"
+    return None

@@ -1,0 +1,5 @@
+"""WhatsApp Cloud API: a signed webhook in, the Graph API out (httpx)."""
+
+from connectors.whatsapp.connector import WhatsAppConnector, create
+
+__all__ = ["WhatsAppConnector", "create"]

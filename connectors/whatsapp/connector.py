@@ -1,0 +1,186 @@
+"""The WhatsApp connector: verify and take notifications in, send replies out.
+
+`GET /webhooks/whatsapp` answers Meta's subscription check; `POST` carries messages
+and delivery statuses, signed over the raw body. A notification is acknowledged only
+once every message in it is committed. Replies go out as text of at most 4096
+characters, and only within 24 hours of the message they answer: later, WhatsApp
+accepts approved templates only, so the reply is marked undeliverable with that reason.
+"""
+
+# No `from __future__ import annotations`: FastAPI must evaluate the route signatures.
+
+import hmac
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Annotated, Any
+
+import structlog
+from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
+from fastapi.responses import PlainTextResponse
+
+from connectors.whatsapp import signature
+from connectors.whatsapp.graph import WINDOW_REASON, GraphClient
+from connectors.whatsapp.normalize import CHANNEL, Notification, parse
+from gateway.core import Core
+from gateway.delivery import Pace
+from gateway.errors import AccessRefused, DeliveryError, Undeliverable
+from gateway.messages import ChatRef, Inbound, Outbound
+from gateway.settings import Settings
+from gateway.split import utf16_length
+
+log = structlog.get_logger(__name__)
+
+WEBHOOK_PATH = "/webhooks/whatsapp"
+MAX_CHARS = 4096
+WINDOW = timedelta(hours=24)
+# 80 messages a second per business number by default, inbound and outbound together.
+NUMBER_INTERVAL = 1 / 80
+
+
+def create(core: Core, settings: Settings) -> "WhatsAppConnector":
+    return WhatsAppConnector(core, settings)
+
+
+class WhatsAppConnector:
+    channel = CHANNEL
+    max_chars = MAX_CHARS
+    # The typing indicator shows for up to 25 seconds.
+    typing_interval = 20.0
+
+    def __init__(self, core: Core, settings: Settings) -> None:
+        assert settings.whatsapp_token is not None
+        assert settings.whatsapp_app_secret is not None
+        assert settings.whatsapp_phone_number_id is not None
+        self.core = core
+        self.settings = settings
+        self._app_secret = settings.whatsapp_app_secret.get_secret_value().encode()
+        self._phone_number_id = settings.whatsapp_phone_number_id
+        self.graph = GraphClient(
+            api_url=settings.whatsapp_api_url,
+            phone_number_id=settings.whatsapp_phone_number_id,
+            token=settings.whatsapp_token.get_secret_value(),
+        )
+        self.router = _router(self)
+
+    async def start(self) -> None:
+        await self.graph.open()
+
+    async def stop(self) -> None:
+        await self.graph.close()
+
+    # -- intake -----------------------------------------------------------------------
+
+    def verify_subscription(self, mode: str, token: str) -> bool:
+        expected = self.settings.whatsapp_verify_token
+        if mode != "subscribe" or expected is None:
+            return False
+        return hmac.compare_digest(token.encode(), expected.get_secret_value().encode())
+
+    def parse(self, body: bytes, signed: str | None) -> Notification:
+        try:
+            signature.verify(self._app_secret, body, signed)
+        except signature.MissingSignature as exc:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, str(exc)) from None
+        except signature.BadSignature as exc:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from None
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "body is not JSON") from None
+        if not isinstance(data, dict):
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "body is not a JSON object")
+        return parse(data, self._phone_number_id)
+
+    async def handle(self, notification: Notification) -> None:
+        """Commit every message and receipt; returns once they are stored."""
+        for inbound in notification.messages:
+            await self._take(inbound)
+        for receipt in notification.receipts:
+            known = await self.core.receipt(
+                CHANNEL, receipt.platform_id, receipt.status, receipt.error
+            )
+            if not known:
+                log.debug("receipt for a message Parley did not send", status=receipt.status)
+
+    async def _take(self, inbound: Inbound) -> None:
+        try:
+            await self.core.receive(inbound)
+        except AccessRefused as refused:
+            if inbound.expects_reply:
+                await self._notice(inbound.external_user_id, refused.answer)
+
+    async def _notice(self, to: str, text: str) -> None:
+        """A gateway answer that is not stored (a refusal, a pairing code)."""
+        try:
+            await self.graph.post(_text_body(to, text))
+        except DeliveryError as exc:
+            log.warning("could not send a notice on WhatsApp", error=exc.reason)
+
+    # -- output -----------------------------------------------------------------------
+
+    def measure(self, text: str) -> int:
+        return utf16_length(text)
+
+    def pacing(self, outbound: Outbound) -> Sequence[Pace]:
+        return (Pace((CHANNEL, self._phone_number_id), NUMBER_INTERVAL),)
+
+    async def send(self, outbound: Outbound) -> str | None:
+        sent_at = outbound.reply_to_sent_at
+        if sent_at is not None and self.core.clock.now() - sent_at > WINDOW:
+            raise Undeliverable(WINDOW_REASON)
+        answer = await self.graph.post(_text_body(outbound.external_user_id, outbound.text))
+        messages = answer.get("messages")
+        if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+            wamid = messages[0].get("id")
+            if isinstance(wamid, str):
+                return wamid
+        return None
+
+    async def typing(self, chat: ChatRef) -> None:
+        """Mark the message being answered as read, with a typing indicator."""
+        if chat.platform_message_id is None:
+            return
+        await self.graph.post(
+            {
+                "messaging_product": "whatsapp",
+                "status": "read",
+                "message_id": chat.platform_message_id,
+                "typing_indicator": {"type": "text"},
+            }
+        )
+
+
+def _text_body(to: str, text: str) -> dict[str, Any]:
+    return {
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+        "to": to,
+        "type": "text",
+        "text": {"preview_url": False, "body": text},
+    }
+
+
+def _router(connector: WhatsAppConnector) -> APIRouter:
+    router = APIRouter(tags=["whatsapp"])
+
+    @router.get(WEBHOOK_PATH, include_in_schema=False)
+    async def verify(
+        mode: Annotated[str, Query(alias="hub.mode")] = "",
+        token: Annotated[str, Query(alias="hub.verify_token")] = "",
+        challenge: Annotated[str, Query(alias="hub.challenge")] = "",
+    ) -> Response:
+        if not connector.verify_subscription(mode, token):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "verification failed")
+        return PlainTextResponse(challenge)
+
+    @router.post(WEBHOOK_PATH, include_in_schema=False)
+    async def notify(
+        request: Request,
+        signed: Annotated[str | None, Header(alias=signature.HEADER)] = None,
+    ) -> Response:
+        notification = connector.parse(await request.body(), signed)
+        await connector.handle(notification)
+        return Response(status_code=status.HTTP_200_OK)
+
+    return router

@@ -1,0 +1,84 @@
+"""Sending through the Graph API (`POST {api}/{phone_number_id}/messages`) with httpx,
+and what its errors mean for delivery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from gateway.errors import DeliveryError, Undeliverable
+
+# Graph error codes: throughput (per number, per recipient) and generic rate limits.
+_RATE_LIMITED = {4, 80007, 130429, 131056, 613}
+# Temporary trouble on Meta's side.
+_TEMPORARY = {1, 2, 131000, 131016}
+WINDOW_CLOSED = 131047
+WINDOW_REASON = (
+    "outside WhatsApp's 24-hour window since the person's last message: free text may "
+    "not be sent (only an approved template could be)"
+)
+# 131056 is the pair rate limit, about one message every 6 seconds to one person.
+PAIR_RATE_SECONDS = 6.0
+
+
+class GraphClient:
+    def __init__(self, *, api_url: str, phone_number_id: str, token: str) -> None:
+        self._url = f"{api_url.rstrip('/')}/{phone_number_id}/messages"
+        self._token = token
+        self._http: httpx.AsyncClient | None = None
+
+    async def open(self) -> None:
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(20.0, connect=5.0),
+            headers={"Authorization": f"Bearer {self._token}"},
+        )
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a message body; the decoded answer, or a `DeliveryError` saying why not."""
+        if self._http is None:
+            raise DeliveryError("the WhatsApp connector is not started")
+        try:
+            response = await self._http.post(self._url, json=body)
+        except httpx.HTTPError as exc:
+            raise DeliveryError(f"WhatsApp unreachable ({type(exc).__name__})") from None
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            answer = {}
+        if response.is_success:
+            return answer
+        raise _error(response, answer)
+
+
+def _error(response: httpx.Response, answer: dict[str, Any]) -> DeliveryError:
+    error = answer.get("error")
+    error = error if isinstance(error, dict) else {}
+    code = error.get("code")
+    data = error.get("error_data")
+    details = data.get("details") if isinstance(data, dict) else None
+    reason = f"WhatsApp error {code} ({response.status_code}): {details or error.get('message') or response.reason_phrase}"
+    retry_after = _retry_after(response)
+    if code == WINDOW_CLOSED:
+        return Undeliverable(f"{WINDOW_REASON} [{reason}]")
+    if code in _RATE_LIMITED or response.status_code == 429:
+        if retry_after is None and code == 131056:
+            retry_after = PAIR_RATE_SECONDS
+        return DeliveryError(reason, retry_after=retry_after)
+    if code in _TEMPORARY or response.status_code >= 500:
+        return DeliveryError(reason, retry_after=retry_after)
+    return Undeliverable(reason)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after", "")
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return None

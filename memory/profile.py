@@ -1,0 +1,277 @@
+"""A person's profile: lasting facts, one per line, changed only by validated edits.
+
+Lines are appended by extraction and changed by tidying or by the person (`/forget`),
+always as edits against a revision: an edit based on an older revision is refused
+rather than overwriting newer lines. Every line an edit removes or shortens is first
+copied, word for word, to the append-only retired facts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.models import Chunk, Profile, RetiredFact
+
+MAX_FACT_CHARS = 500
+
+
+class EditError(ValueError):
+    """An edit answer that cannot be applied; nothing of it is."""
+
+
+class StaleRevision(Exception):
+    """The profile changed since the revision an edit was based on."""
+
+    def __init__(self, expected: int, current: int) -> None:
+        self.expected, self.current = expected, current
+        super().__init__(f"profile is at revision {current}, the edit was made for {expected}")
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    lines: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Shorten:
+    line: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    lines: tuple[int, ...]
+    text: str
+
+
+Edit = Remove | Shorten | Replace
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileView:
+    user_id: uuid.UUID
+    lines: tuple[str, ...]
+    revision: int
+
+    @property
+    def chars(self) -> int:
+        return sum(len(line) + 1 for line in self.lines)
+
+    def numbered(self) -> str:
+        return "\n".join(f"{n}. {line}" for n, line in enumerate(self.lines, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class RetiredView:
+    text: str
+    reason: str
+    retired_at: datetime
+
+
+def clean_fact(text: str) -> str | None:
+    """A fact as one tidy line, or None if there is nothing usable."""
+    line = " ".join(text.split())
+    if not line or len(line) > MAX_FACT_CHARS:
+        return None
+    return line
+
+
+def apply_edits(
+    lines: Sequence[str], edits: Sequence[Edit]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The new lines and the (line, reason) pairs retired, or `EditError`.
+
+    Untouched lines come through as the very same strings.
+    """
+    touched: dict[int, Edit] = {}
+    for edit in edits:
+        numbers = (edit.line,) if isinstance(edit, Shorten) else edit.lines
+        if not numbers:
+            raise EditError("an edit names no lines")
+        for number in numbers:
+            if not 1 <= number <= len(lines):
+                raise EditError(f"line {number} does not exist (the profile has {len(lines)})")
+            if number in touched:
+                raise EditError(f"line {number} is edited twice")
+            touched[number] = edit
+        if isinstance(edit, Shorten | Replace):
+            text = clean_fact(edit.text)
+            if text is None or text != edit.text:
+                raise EditError("a new line must be one non-empty line of text")
+            before = sum(len(lines[n - 1]) for n in numbers)
+            if len(text) >= before:
+                raise EditError(f"the new text for line(s) {list(numbers)} is not shorter")
+    kept: list[str] = []
+    retired: list[tuple[str, str]] = []
+    for number, line in enumerate(lines, 1):
+        change = touched.get(number)
+        if change is None:
+            kept.append(line)
+        elif isinstance(change, Remove):
+            retired.append((line, "removed"))
+        elif isinstance(change, Shorten):
+            retired.append((line, "shortened"))
+            kept.append(change.text)
+        else:
+            retired.append((line, "replaced"))
+            if number == min(change.lines):
+                kept.append(change.text)
+    return kept, retired
+
+
+class Profiles:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def get(self, user_id: uuid.UUID) -> ProfileView:
+        async with self._sessions() as session:
+            row = await session.get(Profile, user_id)
+        return _view(user_id, row)
+
+    async def append(
+        self, user_id: uuid.UUID, facts: Sequence[str], now: datetime, *, chunk_id: int | None
+    ) -> ProfileView:
+        """Add new facts at the end (skipping ones already there) and, in the same
+        transaction, mark the chunk they came from as done."""
+        async with self._sessions() as session:
+            row = await _locked(session, user_id, now)
+            lines = _lines(row.text)
+            known = {line.casefold() for line in lines}
+            for fact in facts:
+                line = clean_fact(fact)
+                if line is not None and line.casefold() not in known:
+                    lines.append(line)
+                    known.add(line.casefold())
+            if len(lines) != len(_lines(row.text)):
+                row.text, row.revision, row.updated_at = "\n".join(lines), row.revision + 1, now
+            if chunk_id is not None:
+                await session.execute(
+                    update(Chunk).where(Chunk.id == chunk_id).values(facts_extracted=True)
+                )
+            await session.commit()
+            return _view(user_id, row)
+
+    async def edit(
+        self, user_id: uuid.UUID, revision: int, edits: Sequence[Edit], now: datetime
+    ) -> ProfileView:
+        """Apply edits made against `revision`; `StaleRevision` if it moved on."""
+        async with self._sessions() as session:
+            row = await _locked(session, user_id, now)
+            if row.revision != revision:
+                raise StaleRevision(revision, row.revision)
+            kept, retired = apply_edits(_lines(row.text), edits)
+            session.add_all(
+                RetiredFact(
+                    user_id=user_id,
+                    text=text,
+                    reason=reason,
+                    profile_revision=row.revision,
+                    retired_at=now,
+                )
+                for text, reason in retired
+            )
+            row.text, row.revision, row.updated_at = "\n".join(kept), row.revision + 1, now
+            await session.commit()
+            return _view(user_id, row)
+
+    async def forget(self, user_id: uuid.UUID, needle: str, now: datetime) -> list[str]:
+        """Retire every line containing `needle` (any case); the lines retired."""
+        for _ in range(3):  # an extraction may land in between: try again on its revision
+            profile = await self.get(user_id)
+            wanted = needle.casefold()
+            numbers = tuple(
+                n for n, line in enumerate(profile.lines, 1) if wanted in line.casefold()
+            )
+            if not numbers:
+                return []
+            try:
+                await self.edit(user_id, profile.revision, [Remove(numbers)], now)
+            except StaleRevision:
+                continue
+            return [profile.lines[n - 1] for n in numbers]
+        raise StaleRevision(profile.revision, profile.revision + 1)
+
+    async def retired(self, user_id: uuid.UUID, needle: str = "") -> list[RetiredView]:
+        query = select(RetiredFact).where(RetiredFact.user_id == user_id)
+        if needle:
+            query = query.where(RetiredFact.text.ilike(f"%{needle}%"))
+        async with self._sessions() as session:
+            rows = await session.scalars(query.order_by(RetiredFact.id))
+            return [RetiredView(r.text, r.reason, r.retired_at) for r in rows]
+
+    # -- tidy scheduling ---------------------------------------------------------------
+
+    async def tidy_due(self, user_id: uuid.UUID, now: datetime, over_chars: int) -> bool:
+        async with self._sessions() as session:
+            row = await session.get(Profile, user_id)
+        if row is None:
+            return False
+        size = _view(user_id, row).chars
+        waiting = row.tidy_not_before is not None and row.tidy_not_before > now
+        return size > over_chars and size > row.tidy_after_chars and not waiting
+
+    async def due_for_tidy(self, now: datetime, over_chars: int) -> list[uuid.UUID]:
+        size = func.length(Profile.text)
+        query = select(Profile.user_id).where(
+            size > over_chars,
+            size > Profile.tidy_after_chars,
+            or_(Profile.tidy_not_before.is_(None), Profile.tidy_not_before <= now),
+        )
+        async with self._sessions() as session:
+            return list(await session.scalars(query))
+
+    async def tidy_failed(
+        self, user_id: uuid.UUID, now: datetime, backoff: Sequence[float]
+    ) -> timedelta:
+        """Count a failed tidy; the wait before the next try (1 h, 6 h, then 24 h)."""
+        async with self._sessions() as session:
+            row = await _locked(session, user_id, now)
+            row.tidy_failures += 1
+            wait = timedelta(seconds=backoff[min(row.tidy_failures, len(backoff)) - 1])
+            row.tidy_not_before = now + wait
+            await session.commit()
+        return wait
+
+    async def tidy_finished(self, user_id: uuid.UUID, *, wait_until_chars: int) -> None:
+        """A tidy ran to the end; if it could not shrink the profile enough, the next
+        one waits until the profile has grown past `wait_until_chars`."""
+        async with self._sessions() as session:
+            await session.execute(
+                update(Profile)
+                .where(Profile.user_id == user_id)
+                .values(tidy_failures=0, tidy_not_before=None, tidy_after_chars=wait_until_chars)
+            )
+            await session.commit()
+
+
+def _lines(text: str) -> list[str]:
+    return text.split("\n") if text else []
+
+
+def _view(user_id: uuid.UUID, row: Profile | None) -> ProfileView:
+    if row is None:
+        return ProfileView(user_id, (), 0)
+    return ProfileView(user_id, tuple(_lines(row.text)), row.revision)
+
+
+async def _locked(session: AsyncSession, user_id: uuid.UUID, now: datetime) -> Profile:
+    """The profile row, locked for this transaction (created empty if missing)."""
+    row = await session.scalar(select(Profile).where(Profile.user_id == user_id).with_for_update())
+    if row is None:
+        row = Profile(
+            user_id=user_id,
+            text="",
+            revision=0,
+            updated_at=now,
+            tidy_failures=0,
+            tidy_after_chars=0,
+        )
+        session.add(row)
+        await session.flush()
+    return row

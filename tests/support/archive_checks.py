@@ -1,0 +1,83 @@
+"""Checks of what the model was shown against what the archive holds."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import uuid
+from typing import Any
+
+from gateway.services import Services
+from memory.archive import ChunkView
+
+ARCHIVE_ROW = re.compile(r"\(archive #(\d+), level \d+\)")
+MARKER = re.compile(r"\bm(\d{5})\b")
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    return str(body["messages"][0]["content"]).startswith("You keep the archive")
+
+
+def is_chat_request(body: dict[str, Any]) -> bool:
+    """A turn's request (the system prompt opens with the persona), not a background job."""
+    return str(body["messages"][0]["content"]).startswith("# Who you are")
+
+
+def chat_requests(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in requests if is_chat_request(r)]
+
+
+def marked_text(number: int, words: int) -> str:
+    """A user message that names itself (`m00042`), padded to about `words` words."""
+    filler = " ".join(f"w{(number * 7 + k) % 997}" for k in range(words))
+    return f"m{number:05d} {filler}."
+
+
+async def check_prompt(
+    services: Services, conversation_id: uuid.UUID, request: dict[str, Any], seq_of: dict[int, int]
+) -> None:
+    """Every user message before the newest one shown lies in exactly one place: one
+    timeline row's span, or the live messages — never both, never neither."""
+    system = str(request["messages"][0]["content"])
+    rows = [await services.archive.chunk(int(i)) for i in ARCHIVE_ROW.findall(system)]
+    spans = sorted((r.seq_start, r.seq_end) for r in rows if r is not None)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end < start, f"timeline rows overlap: {spans}"
+    live = {
+        seq_of[int(n)]
+        for m in request["messages"][1:]
+        if m["role"] == "user"
+        for n in MARKER.findall(str(m["content"]))[:1]
+    }
+    newest = max(live)
+    for number, seq in seq_of.items():
+        if seq > newest:
+            continue
+        covered = sum(start <= seq <= end for start, end in spans)
+        shown = seq in live
+        assert covered + shown == 1, (
+            f"message m{number:05d} (seq {seq}) is in {covered} rows and "
+            f"{'is' if shown else 'is not'} live"
+        )
+
+
+def check_levels(chunks: list[ChunkView]) -> None:
+    """At every level, chunks never overlap, and each parent spans exactly its children."""
+    by_level: dict[int, list[ChunkView]] = {}
+    for chunk in chunks:
+        by_level.setdefault(chunk.level, []).append(chunk)
+    for level, members in by_level.items():
+        members.sort(key=lambda c: c.seq_start)
+        for a, b in itertools.pairwise(members):
+            assert a.seq_end < b.seq_start, f"level {level} chunks {a.id} and {b.id} overlap"
+    children: dict[int, list[ChunkView]] = {}
+    for chunk in chunks:
+        if chunk.parent_id is not None:
+            children.setdefault(chunk.parent_id, []).append(chunk)
+    for chunk in chunks:
+        kids = sorted(children.get(chunk.id, []), key=lambda c: c.seq_start)
+        if chunk.level == 0:
+            assert not kids
+            continue
+        assert kids, f"chunk {chunk.id} has no children"
+        assert (kids[0].seq_start, kids[-1].seq_end) == (chunk.seq_start, chunk.seq_end)

@@ -1,0 +1,131 @@
+"""Archive jobs on real arq workers and real Redis: killed workers and a flushed queue
+lose nothing, and no chunk is summarised twice."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from gateway.arq_queue import build_worker
+from memory.models import ChunkStatus
+from tests.fakes.llm_server import Behaviour, FakeLLM, Hang, Reply
+from tests.support.archive_checks import is_summary_request, marked_text
+from tests.support.harness import Gateway, make_settings, running_gateway
+from tests.support.polling import eventually
+from tests.support.process import parley_env
+from tests.support.redis import flush
+
+SMALL_MODEL = {"llm_context_tokens": 16_000}
+
+
+async def _fill_until_a_chunk_is_cut(gw: Gateway, token: str, conversation_id: uuid.UUID) -> int:
+    for number in range(1, 30):
+        await gw.send(token, marked_text(number, 600))
+        chunks = await gw.services.archive.chunks(conversation_id)
+        if chunks:
+            return chunks[0].id
+    raise AssertionError("no chunk was cut")
+
+
+def _summaries_of(requests: list[dict[str, Any]], marker: str) -> int:
+    return sum(
+        is_summary_request(r) and marker in str(r["messages"][-1]["content"]) for r in requests
+    )
+
+
+async def test_a_worker_killed_mid_summary_loses_nothing_and_summarises_once(
+    database_url: str, tmp_path: Path, llm: FakeLLM, redis_url: str
+) -> None:
+    hung_once = False
+
+    def respond(body: dict[str, Any], number: int) -> Behaviour | None:
+        nonlocal hung_once
+        if is_summary_request(body):
+            if not hung_once:
+                hung_once = True
+                return Hang()
+            return Reply(f"summary from request {number}")
+        return None
+
+    llm.responder = respond
+    settings = make_settings(
+        database_url, tmp_path, llm, redis_url=redis_url, job_lease_seconds=2, **SMALL_MODEL
+    )
+    env = parley_env(
+        data_dir=str(tmp_path),
+        database_url=database_url,
+        redis_url=redis_url,
+        llm_provider="openai",
+        llm_base_url=llm.openai_base,
+        llm_api_key="sk-test",
+        llm_context_tokens="16000",
+        job_lease_seconds="2",
+    )
+    async with running_gateway(settings) as gw:
+        token, conversation = await gw.visitor()
+        conversation_id = uuid.UUID(conversation)
+        chunk_id = await _fill_until_a_chunk_is_cut(gw, token, conversation_id)
+
+        first = _start_worker(env, tmp_path)
+        try:
+            await llm.wait_until(lambda rs: _summaries_of(rs, "m00001") == 1, seconds=30)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+        second = _start_worker(env, tmp_path)
+        try:
+            chunk = await eventually(
+                lambda: gw.services.archive.chunk(chunk_id),
+                until=lambda c: c is not None and c.status is ChunkStatus.READY,
+                seconds=60,
+            )
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=20)
+
+    assert chunk is not None
+    assert _summaries_of(llm.requests, "m00001") == 2  # the killed attempt, then one more
+    summary_requests = [i for i, r in enumerate(llm.requests, 1) if is_summary_request(r)]
+    assert chunk.summary == f"summary from request {summary_requests[1]}"
+    assert chunk.attempts == 2
+
+
+def _start_worker(env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway", "worker"],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def test_a_flushed_queue_is_refilled_from_the_database(
+    database_url: str, tmp_path: Path, llm: FakeLLM, redis_url: str
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm, redis_url=redis_url, **SMALL_MODEL)
+    async with running_gateway(settings) as gw:
+        token, conversation = await gw.visitor()
+        conversation_id = uuid.UUID(conversation)
+        for number in range(1, 13):
+            await gw.send(token, marked_text(number, 600))
+        pending = await gw.services.archive.chunks(conversation_id)
+        assert pending
+        assert all(c.status is ChunkStatus.PENDING for c in pending)
+
+        await flush(redis_url)  # every queued job is gone
+        worker = build_worker(settings, burst=True, poll_delay=0)
+        try:
+            await asyncio.wait_for(worker.async_run(), 60)
+        finally:
+            await worker.close()
+        chunks = await gw.services.archive.chunks(conversation_id)
+
+    assert {c.id for c in pending} <= {c.id for c in chunks}
+    assert all(c.status is ChunkStatus.READY for c in chunks)
+    assert sum(is_summary_request(r) for r in llm.requests) == len(chunks)
