@@ -41,6 +41,7 @@ SHUTDOWN_DEADLINE_SECONDS = 10.0
 @dataclass
 class Services:
     settings: Settings
+    clock: Clock
     engine: AsyncEngine
     store: Store
     hub: Hub
@@ -48,6 +49,7 @@ class Services:
     runner: TurnRunner
     commands: Commands
     archive: Archive
+    profiles: Profiles
     queue: JobQueue
     jobs: MemoryJobs
     llm: LLMProvider
@@ -120,18 +122,20 @@ class Services:
         connectors = enabled_connectors(core, settings)
         core.attach(runner, {connector.channel: connector for connector in connectors})
         return cls(
-            settings,
-            engine,
-            store,
-            hub,
-            core,
-            runner,
-            commands,
-            archive,
-            queue,
-            jobs,
-            llm,
-            connectors,
+            settings=settings,
+            clock=clock,
+            engine=engine,
+            store=store,
+            hub=hub,
+            core=core,
+            runner=runner,
+            commands=commands,
+            archive=archive,
+            profiles=profiles,
+            queue=queue,
+            jobs=jobs,
+            llm=llm,
+            connectors=connectors,
         )
 
     async def open(self) -> None:

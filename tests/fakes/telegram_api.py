@@ -1,0 +1,320 @@
+"""A fake Telegram Bot API on a real localhost socket.
+
+It speaks the wire format python-telegram-bot uses: methods at `/bot{token}/{method}`,
+form-encoded parameters (objects as JSON strings), answers `{"ok": true, "result": …}`
+or `{"ok": false, "error_code", "description", "parameters": {"retry_after"}}`. Tests
+script failures per method (`TgFail`), read what was sent, feed `getUpdates`, and build
+updates shaped like the Bot API documentation's examples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from tests.support.servers import serve
+
+TOKEN = "123456789:AAtest-token-that-must-not-leak"
+WEBHOOK_SECRET = "test_webhook_secret-0123456789"
+BOT_ID = 123456789
+BOT_USERNAME = "parley_test_bot"
+LIMIT = 4096
+
+
+@dataclass
+class TgFail:
+    """The next call of a method fails like Telegram does."""
+
+    status: int
+    description: str
+    retry_after: int | None = None
+    migrate_to_chat_id: int | None = None
+
+
+def flood(retry_after: int = 1) -> TgFail:
+    return TgFail(429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after)
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    params: dict[str, Any]
+
+
+class FakeTelegram:
+    def __init__(self, token: str = TOKEN) -> None:
+        self.token = token
+        self.base_url = ""
+        self.calls: list[Call] = []
+        self._failures: defaultdict[str, deque[TgFail]] = defaultdict(deque)
+        self._updates: list[dict[str, Any]] = []
+        self._changed = asyncio.Condition()
+        self._message_ids = itertools.count(1000)
+        self.app = Starlette(
+            routes=[Route("/bot{token}/{method}", self._method, methods=["GET", "POST"])]
+        )
+
+    # -- for tests --------------------------------------------------------------------
+
+    def fail(self, method: str, *failures: TgFail) -> None:
+        self._failures[method].extend(failures)
+
+    def sent(self, chat_id: int | None = None) -> list[Call]:
+        """Messages Telegram accepted, in order (optionally to one chat)."""
+        return [
+            c
+            for c in self.calls
+            if c.method == "sendMessage"
+            and c.params.get("_accepted")
+            and (chat_id is None or c.params["chat_id"] == chat_id)
+        ]
+
+    def texts(self, chat_id: int | None = None) -> list[str]:
+        return [c.params["text"] for c in self.sent(chat_id)]
+
+    def calls_of(self, method: str) -> list[Call]:
+        return [c for c in self.calls if c.method == method]
+
+    async def push_update(self, update: dict[str, Any]) -> None:
+        async with self._changed:
+            self._updates.append(update)
+            self._changed.notify_all()
+
+    # The timeout parameter is the agreed API for pipeline tests, hence the noqa.
+    async def wait_until(
+        self,
+        predicate: Callable[[FakeTelegram], bool],
+        seconds: float = 15.0,  # noqa: ASYNC109
+    ) -> None:
+        try:
+            async with asyncio.timeout(seconds), self._changed:
+                await self._changed.wait_for(lambda: predicate(self))
+        except TimeoutError:
+            methods = [c.method for c in self.calls]
+            raise TimeoutError(f"condition not met; calls so far: {methods}") from None
+
+    # -- the API ----------------------------------------------------------------------
+
+    async def _method(self, request: Request) -> JSONResponse:
+        if request.path_params["token"] != self.token:
+            return _error(401, "Unauthorized")
+        method = request.path_params["method"]
+        params = await _params(request)
+        call = Call(method, params)
+        async with self._changed:
+            self.calls.append(call)
+            self._changed.notify_all()
+        if method == "getUpdates":
+            return await self._get_updates(params)
+        failures = self._failures.get(method)
+        if failures:
+            failure = failures.popleft()
+            extra = {}
+            if failure.retry_after is not None:
+                extra["retry_after"] = failure.retry_after
+            if failure.migrate_to_chat_id is not None:
+                extra["migrate_to_chat_id"] = failure.migrate_to_chat_id
+            return _error(failure.status, failure.description, extra or None)
+        handler = {
+            "getMe": self._get_me,
+            "setWebhook": _true,
+            "deleteWebhook": _true,
+            "sendChatAction": _true,
+            "sendMessage": self._send_message,
+        }.get(method)
+        if handler is None:
+            return _error(404, "Not Found")
+        response = handler(params)
+        async with self._changed:
+            if method == "sendMessage" and response.status_code == 200:
+                params["_accepted"] = True
+            self._changed.notify_all()
+        return response
+
+    def _get_me(self, _: dict[str, Any]) -> JSONResponse:
+        return _ok(_bot_user())
+
+    def _send_message(self, params: dict[str, Any]) -> JSONResponse:
+        text = str(params.get("text", ""))
+        if not text:
+            return _error(400, "Bad Request: message text is empty")
+        if len(text.encode("utf-16-le")) // 2 > LIMIT:
+            return _error(400, "Bad Request: message is too long")
+        if "parse_mode" in params:
+            return _error(400, "Bad Request: this fake expects plain text")
+        chat_id = int(params["chat_id"])
+        params["chat_id"] = chat_id
+        chat = {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
+        message = {
+            "message_id": next(self._message_ids),
+            "from": _bot_user(),
+            "chat": chat,
+            "date": 1_700_000_000,
+            "text": text,
+        }
+        return _ok(message)
+
+    async def _get_updates(self, params: dict[str, Any]) -> JSONResponse:
+        offset = int(params.get("offset") or 0)
+        timeout = float(params.get("timeout") or 0)
+
+        def pending() -> list[dict[str, Any]]:
+            return [u for u in self._updates if u["update_id"] >= offset]
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout), self._changed:
+                await self._changed.wait_for(lambda: bool(pending()))
+        return _ok(pending())
+
+
+async def _params(request: Request) -> dict[str, Any]:
+    body = (await request.body()).decode()
+    if request.headers.get("content-type", "").startswith("application/json"):
+        loaded: dict[str, Any] = json.loads(body or "{}")
+        return loaded
+    params: dict[str, Any] = {}
+    for key, value in parse_qsl(body):
+        try:
+            params[key] = json.loads(value) if key != "text" else value
+        except ValueError:
+            params[key] = value
+    return params
+
+
+def _bot_user() -> dict[str, Any]:
+    return {"id": BOT_ID, "is_bot": True, "first_name": "Parley", "username": BOT_USERNAME}
+
+
+def _ok(result: Any) -> JSONResponse:
+    return JSONResponse({"ok": True, "result": result})
+
+
+def _true(_: dict[str, Any]) -> JSONResponse:
+    return _ok(True)
+
+
+def _error(status: int, description: str, parameters: dict[str, Any] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return JSONResponse(body, status)
+
+
+@contextlib.asynccontextmanager
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    fake = FakeTelegram()
+    async with serve(fake.app) as url:
+        fake.base_url = url
+        yield fake
+
+
+def telegram_settings(fake: FakeTelegram, **extra: Any) -> dict[str, Any]:
+    return {
+        "telegram_token": fake.token,
+        "telegram_webhook_secret": WEBHOOK_SECRET,
+        "telegram_api_url": fake.base_url,
+    } | extra
+
+
+# -- updates shaped like the Bot API documentation's examples ---------------------------
+
+_update_ids = itertools.count(10_000)
+
+
+def user(user_id: int, first_name: str = "Test", last_name: str = "User") -> dict[str, Any]:
+    return {
+        "id": user_id,
+        "is_bot": False,
+        "first_name": first_name,
+        "last_name": last_name,
+        "username": f"user{user_id}",
+        "language_code": "en",
+    }
+
+
+def private_chat(user_id: int, first_name: str = "Test") -> dict[str, Any]:
+    return {"id": user_id, "type": "private", "first_name": first_name, "username": f"user{user_id}"}
+
+
+def group_chat(chat_id: int = -1001234567890, title: str = "Family") -> dict[str, Any]:
+    return {"id": chat_id, "type": "supergroup", "title": title}
+
+
+def text_update(
+    user_id: int,
+    text: str,
+    *,
+    message_id: int | None = None,
+    chat: dict[str, Any] | None = None,
+    first_name: str = "Test",
+    date: int = 1_700_000_000,
+    update_id: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    message_id = message_id if message_id is not None else next(_update_ids)
+    message: dict[str, Any] = {
+        "message_id": message_id,
+        "from": user(user_id, first_name),
+        "chat": chat or private_chat(user_id, first_name),
+        "date": date,
+        "text": text,
+    }
+    if text.startswith("/"):
+        command = text.split()[0]
+        message["entities"] = [{"offset": 0, "length": len(command), "type": "bot_command"}]
+    message.update(extra)
+    return {"update_id": update_id if update_id is not None else next(_update_ids), "message": message}
+
+
+def mention_update(user_id: int, text: str, chat: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A group message that mentions the bot by @username somewhere in `text`."""
+    handle = f"@{BOT_USERNAME}"
+    update = text_update(user_id, text, chat=chat, **extra)
+    offset = text.index(handle)
+    update["message"]["entities"] = [{"offset": offset, "length": len(handle), "type": "mention"}]
+    return update
+
+
+def photo_update(user_id: int, caption: str | None = None, **extra: Any) -> dict[str, Any]:
+    update = text_update(user_id, "", **extra)
+    message = update["message"]
+    del message["text"]
+    message["photo"] = [
+        {"file_id": "AgAD-small", "file_unique_id": "AQAD1", "width": 90, "height": 67, "file_size": 1254},
+        {"file_id": "AgAD-large", "file_unique_id": "AQAD2", "width": 1280, "height": 960, "file_size": 88123},
+    ]
+    if caption is not None:
+        message["caption"] = caption
+    return update
+
+
+def voice_update(user_id: int, **extra: Any) -> dict[str, Any]:
+    update = text_update(user_id, "", **extra)
+    message = update["message"]
+    del message["text"]
+    message["voice"] = {
+        "file_id": "AwAD-voice",
+        "file_unique_id": "AgAD3",
+        "duration": 4,
+        "mime_type": "audio/ogg",
+        "file_size": 11212,
+    }
+    return update
+
+
+def edited_update(user_id: int, message_id: int, text: str, edit_date: int) -> dict[str, Any]:
+    original = text_update(user_id, text, message_id=message_id)
+    message = original["message"] | {"edit_date": edit_date}
+    return {"update_id": next(_update_ids), "edited_message": message}
