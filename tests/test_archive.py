@@ -27,31 +27,14 @@ from tests.support.archive_checks import (
     marked_text,
 )
 from tests.support.harness import Gateway, make_settings, running_gateway
+from tests.support.messages import stored
 from tests.support.polling import eventually
 
 SMALL_MODEL = {"llm_context_tokens": 16_000}  # live window 2,500; chunks 1,250 tokens
 
 
 def _message(seq: int, role: Role, tokens: int) -> StoredMessage:
-    from datetime import UTC, datetime
-
-    return StoredMessage(
-        id=seq,
-        conversation_id=uuid.UUID(int=1),
-        seq=seq,
-        role=role,
-        channel="webchat",
-        text="",
-        created_at=datetime(2026, 1, 1, tzinfo=UTC),
-        platform_ts=None,
-        source=None,
-        author_name="",
-        identity_id=None,
-        platform_message_id=None,
-        token_count=tokens,
-        reply_to_seq=None,
-        delivery=None,
-    )
+    return stored(seq, role, tokens=tokens)
 
 
 def test_cut_takes_whole_exchanges_from_the_oldest_and_spares_unanswered() -> None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -18,30 +17,13 @@ from memory.context import (
 from memory.models import Role
 from memory.provenance import NOTICE_SOURCE, escape_typed, label
 from memory.store import StoredMessage
-
-T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+from tests.support.messages import T0, stored
 
 
 def _message(
     seq: int, role: Role, text: str, *, source: str | None = None, at: datetime = T0
 ) -> StoredMessage:
-    return StoredMessage(
-        id=seq,
-        conversation_id=uuid.UUID(int=1),
-        seq=seq,
-        role=role,
-        channel="webchat",
-        text=text,
-        created_at=at,
-        platform_ts=None,
-        source=source,
-        author_name="Ann",
-        identity_id=None,
-        platform_message_id=None,
-        token_count=0,
-        reply_to_seq=None,
-        delivery=None,
-    )
+    return stored(seq, role, text, source=source, at=at)
 
 
 @pytest.mark.parametrize(

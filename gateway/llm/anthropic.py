@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.llm.base import ChatTurn, Prompt
-from gateway.llm.http import (
-    RetryPolicy,
-    SSEEvent,
-    StreamFailed,
-    StreamRequest,
-    error_message,
-    new_client,
-    parse_json,
-    stream_text,
-)
+from gateway.llm.http import HTTPProvider, SSEEvent, StreamFailed, error_message, parse_json
 
 API_VERSION = "2023-06-01"
 OPENING_TURN = "(conversation continues)"
@@ -26,38 +16,21 @@ _TRANSIENT_ERROR_TYPES = frozenset(
 )
 
 
-class AnthropicProvider:
+class AnthropicProvider(HTTPProvider):
     name = "anthropic"
+    path = "/v1/messages"
 
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        api_key: str | None,
-        model: str,
-        timeout: float,
-        max_retries: int,
-        retry_base_seconds: float,
-    ) -> None:
-        self._url = f"{base_url.rstrip('/')}/v1/messages"
-        self._api_key = api_key
-        self._model = model
-        self._policy = RetryPolicy(max_retries, retry_base_seconds)
-        self._client = new_client(timeout)
+    @staticmethod
+    def decoder() -> _EventDecoder:
+        return _EventDecoder()
 
-    def stream(self, prompt: Prompt) -> AsyncIterator[str]:
-        return stream_text(self._client, self._request(prompt), _EventDecoder, self._policy)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    def _request(self, prompt: Prompt) -> StreamRequest:
+    def headers(self) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
         if self._api_key:
             headers["x-api-key"] = self._api_key
-        return StreamRequest(self.name, self._url, headers, self._body(prompt), self._api_key)
+        return headers
 
-    def _body(self, prompt: Prompt) -> dict[str, Any]:
+    def body(self, prompt: Prompt) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": prompt.model or self._model,
             "max_tokens": prompt.max_tokens,

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import httpx
 
 from gateway.errors import LLMUnavailable
+from gateway.llm.base import Prompt
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 MAX_WAIT_SECONDS = 30.0
@@ -264,3 +265,43 @@ def _clip(text: str) -> str:
 
 def _redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]") if secret else text
+
+
+class HTTPProvider:
+    """What the HTTP providers share: one client, the retry policy and the stream loop.
+    Subclasses say where to post, what to send and how to read the events."""
+
+    name: str
+    path: str
+    decoder: Callable[[], EventDecoder]
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        timeout: float,
+        max_retries: int,
+        retry_base_seconds: float,
+    ) -> None:
+        self._url = f"{base_url.rstrip('/')}{self.path}"
+        self._api_key = api_key
+        self._model = model
+        self._policy = RetryPolicy(max_retries, retry_base_seconds)
+        self._client = new_client(timeout)
+
+    def stream(self, prompt: Prompt) -> AsyncIterator[str]:
+        request = StreamRequest(
+            self.name, self._url, self.headers(), self.body(prompt), self._api_key
+        )
+        return stream_text(self._client, request, self.decoder, self._policy)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def body(self, prompt: Prompt) -> dict[str, Any]:
+        raise NotImplementedError

@@ -2,54 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.llm.base import Prompt
-from gateway.llm.http import (
-    RetryPolicy,
-    SSEEvent,
-    StreamFailed,
-    StreamRequest,
-    error_message,
-    new_client,
-    parse_json,
-    stream_text,
-)
+from gateway.llm.http import HTTPProvider, SSEEvent, StreamFailed, error_message, parse_json
 
 _DONE = "[DONE]"
 
 
-class OpenAIProvider:
+class OpenAIProvider(HTTPProvider):
     name = "openai"
+    path = "/chat/completions"
 
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        api_key: str | None,
-        model: str,
-        timeout: float,
-        max_retries: int,
-        retry_base_seconds: float,
-    ) -> None:
-        self._url = f"{base_url.rstrip('/')}/chat/completions"
-        self._api_key = api_key
-        self._model = model
-        self._policy = RetryPolicy(max_retries, retry_base_seconds)
-        self._client = new_client(timeout)
+    @staticmethod
+    def decoder() -> _ChunkDecoder:
+        return _ChunkDecoder()
 
-    def stream(self, prompt: Prompt) -> AsyncIterator[str]:
-        return stream_text(self._client, self._request(prompt), _ChunkDecoder, self._policy)
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    def _request(self, prompt: Prompt) -> StreamRequest:
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        return StreamRequest(self.name, self._url, headers, self._body(prompt), self._api_key)
-
-    def _body(self, prompt: Prompt) -> dict[str, Any]:
+    def body(self, prompt: Prompt) -> dict[str, Any]:
         # The system prompt goes first and byte-identical every turn: automatic prompt
         # caching only matches an unchanged prefix.
         messages = [{"role": "system", "content": prompt.system}]
