@@ -6,7 +6,7 @@ Two apps are served by uvicorn, each in its own process, on the same database:
 
 (a) baseline: a bare FastAPI endpoint doing one INSERT into `messages` and a commit;
 (b) gateway:  `POST /webchat/messages` of the real gateway, through the whole turn,
-    with a model that answers instantly (`bench.apps.ZeroLatencyLLM`).
+    with a model that answers instantly (`bench.turn_apps.ZeroLatencyLLM`).
 
 This process is the load generator (one `httpx.AsyncClient`, closed-loop workers). Each
 app gets a warm-up and then N measured requests at concurrency C (latency), and again
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,8 +38,8 @@ from typing import Any
 
 import httpx
 
-from bench.apps import BASELINE_PATH, GATEWAY_PATH, gateway_settings
-from bench.load import (
+from bench.turn_apps import BASELINE_PATH, GATEWAY_PATH, gateway_settings
+from bench.turn_load import (
     Check,
     Figures,
     Request,
@@ -47,14 +48,14 @@ from bench.load import (
     process_cpu_seconds,
     summarise,
 )
-from bench.server import Kind
+from bench.turn_server import Kind
 from memory.db import create_engine
 from memory.schema import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_MS = 10.0
-# Until archiving bounds the live window, a turn reads the whole conversation, so
-# the cost of a turn grows with its length; see bench/README.md.
+# A turn reads the whole live window (up to `live_window_tokens`), so its cost grows with
+# the conversation; a fresh visitor every 50 turns keeps the figures independent of N.
 DEFAULT_TURNS_PER_VISITOR = 50
 START_DEADLINE_SECONDS = 60.0
 STOP_DEADLINE_SECONDS = 30.0
@@ -153,7 +154,7 @@ def _start(kind: Kind, database_url: str, work_dir: Path) -> Server:
             [
                 sys.executable,
                 "-m",
-                "bench.server",
+                "bench.turn_server",
                 kind,
                 "--database-url",
                 database_url,
@@ -258,7 +259,8 @@ WORKLOADS = {"baseline": baseline_workload, "gateway": gateway_workload}
 async def measure(
     client: httpx.AsyncClient, server: Server, workers: int, options: Options
 ) -> Figures:
-    run = f"{server.kind}-c{workers}"
+    # Unique per invocation: client ids must not repeat in a database that is kept.
+    run = f"{server.kind}-c{workers}-{uuid.uuid4().hex[:8]}"
     total = options.warmup + options.requests
     workload = await WORKLOADS[server.kind](
         client, server, run, workers, total, options.turns_per_visitor
@@ -315,6 +317,7 @@ async def run(options: Options) -> dict[str, Any]:
     if options.throughput_concurrency and options.throughput_concurrency != options.concurrency:
         levels.append(options.throughput_concurrency)
     figures: list[Figures] = []
+    load_before = os.getloadavg()[0]
     async with prepared_database(options.database_url) as (url, work_dir):
         with running_servers(url, work_dir) as servers:
             limits = httpx.Limits(
@@ -324,10 +327,12 @@ async def run(options: Options) -> dict[str, Any]:
                 for workers in levels:
                     for kind in ("baseline", "gateway"):
                         figures.append(await measure(client, servers[kind], workers, options))
-    return report(options, url, figures)
+    return report(options, url, figures, (load_before, os.getloadavg()[0]))
 
 
-def report(options: Options, url: str, figures: list[Figures]) -> dict[str, Any]:
+def report(
+    options: Options, url: str, figures: list[Figures], load: tuple[float, float]
+) -> dict[str, Any]:
     pairs = {}
     for workers in sorted({f.concurrency for f in figures}):
         a, b = (
@@ -350,6 +355,8 @@ def report(options: Options, url: str, figures: list[Figures]) -> dict[str, Any]
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            # Other work on the machine skews the figures; this says how busy it was.
+            "load_average_1m": {"before": round(load[0], 2), "after": round(load[1], 2)},
         },
         "commit": commit(),
         "database": url.split("://", 1)[0],
@@ -374,7 +381,8 @@ def render(result: dict[str, Any]) -> str:
     visitors = result["turns_per_visitor"] or "all"
     lines = [
         f"Parley turn overhead: {result['database']}, {machine['cpus']} CPUs, "
-        f"Python {machine['python']}, commit {result['commit']}",
+        f"Python {machine['python']}, commit {result['commit']}, load average "
+        f"{machine['load_average_1m']['before']:.2f} -> {machine['load_average_1m']['after']:.2f}",
         f"{result['requests']} measured requests per row after {result['warmup']} warm-up; "
         f"turns per visitor: {visitors}",
         "",

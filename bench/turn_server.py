@@ -1,4 +1,4 @@
-"""Serve one benchmark app in its own process: `python -m bench.server KIND ...`.
+"""Serve one benchmark app in its own process: `python -m bench.turn_server KIND ...`.
 
 The process lets the OS pick a free port, writes it to `--port-file` once uvicorn
 accepts connections, and serves until SIGTERM or SIGINT (then shuts down cleanly).
@@ -15,7 +15,7 @@ from typing import Literal
 import uvicorn
 from fastapi import FastAPI
 
-from bench.apps import baseline_app, gateway_app
+from bench.turn_apps import baseline_app, gateway_app
 from gateway.logs import configure_logging
 
 Kind = Literal["baseline", "gateway"]
@@ -43,7 +43,7 @@ async def serve(server: uvicorn.Server, port_file: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.server")
+    parser = argparse.ArgumentParser(prog="python -m bench.turn_server")
     parser.add_argument("kind", choices=KINDS)
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--data-dir", type=Path, required=True)
