@@ -138,28 +138,26 @@ class ArchiveMemory:
         self,
         archive: Archive,
         profiles: Profiles,
-        store: Store,
         queue: JobQueue,
         clock: Clock,
         archive_dir: Path,
     ) -> None:
         self._archive = archive
         self._profiles = profiles
-        self._store = store
         self._queue = queue
         self._clock = clock
         self._archive_dir = archive_dir
 
     async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
-        if await self._archive.swap(conversation_id):
+        swapped, timeline = await self._archive.prepare_turn(conversation_id)
+        if swapped:
             await self._queue.enqueue(ROLLUP, str(conversation_id), key=rollup_key(conversation_id))
-        timeline = await self._archive.timeline(conversation_id)
         # A group never sees a member's personal profile.
-        owner = await self._store.personal_owner(conversation_id)
-        profile = () if owner is None else (await self._profiles.get(owner)).lines
-        return TurnContext(tuple(timeline), profile)
+        return TurnContext(tuple(timeline), await self._profiles.of_conversation(conversation_id))
 
-    async def after_turn(self, conversation_id: uuid.UUID) -> None:
+    async def after_turn(self, conversation_id: uuid.UUID, live_tokens: int) -> None:
+        if live_tokens <= self._archive.limits.live_window_tokens:
+            return  # the live window (a superset of what is unarchived) is within limits
         for chunk in await self._archive.cut(conversation_id, self._clock.now()):
             await asyncio.to_thread(self._save, chunk)
             await self._queue.enqueue(SUMMARIZE, str(chunk.id), key=summarize_key(chunk.id, 0))

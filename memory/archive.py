@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import defer
 
 from memory.limits import MemoryLimits
 from memory.models import Chunk, ChunkStatus, Conversation, Message, Role, User
@@ -188,70 +189,80 @@ class Archive:
                 return []
         return [NewChunk(c.id, conversation_id, 0, c.time_start, c.transcript) for c in chunks]
 
-    async def swap(self, conversation_id: uuid.UUID) -> bool:
-        """Move ready level-0 chunks into the timeline and their messages out of the live
-        window, in one transaction. True if anything moved."""
-        async with self._sessions() as session, session.begin():
-            ready = (
-                await session.execute(
-                    select(Chunk.id, Chunk.seq_start, Chunk.seq_end).where(
-                        Chunk.conversation_id == conversation_id,
-                        Chunk.parent_id.is_(None),  # unswapped chunks are always roots
-                        Chunk.level == 0,
-                        Chunk.status == ChunkStatus.READY,
-                        Chunk.in_timeline.is_(False),
-                    )
-                )
-            ).all()
-            for chunk_id, start, end in ready:
+    async def prepare_turn(self, conversation_id: uuid.UUID) -> tuple[bool, list[ChunkView]]:
+        """At a turn's start: swap ready level-0 chunks in — in one transaction their
+        messages leave the live window and they enter the timeline — then read the
+        timeline. True if anything moved."""
+        async with self._sessions() as session:
+            roots = await self._roots(session, conversation_id)
+            ready = [
+                r
+                for r in roots
+                if r.level == 0 and r.status == ChunkStatus.READY and not r.in_timeline
+            ]
+            for chunk in ready:
                 await session.execute(
                     update(Message)
                     .where(
                         Message.conversation_id == conversation_id,
-                        Message.seq.between(start, end),
+                        Message.seq.between(chunk.seq_start, chunk.seq_end),
                         Message.chunk_id.is_(None),
                     )
-                    .values(chunk_id=chunk_id)
+                    .values(chunk_id=chunk.id)
                 )
             if ready:
                 await session.execute(
                     update(Chunk)
-                    .where(Chunk.id.in_([row[0] for row in ready]))
+                    .where(Chunk.id.in_([chunk.id for chunk in ready]))
                     .values(in_timeline=True)
                 )
-        return bool(ready)
+                await session.commit()
+            rows = await self._visible(session, roots, swapped={chunk.id for chunk in ready})
+        return bool(ready), rows
+
+    async def swap(self, conversation_id: uuid.UUID) -> bool:
+        swapped, _ = await self.prepare_turn(conversation_id)
+        return swapped
 
     async def timeline(self, conversation_id: uuid.UUID) -> list[ChunkView]:
         """The rows the model sees, oldest first: every ready chunk in the timeline
-        whose parent is not ready yet.
-
-        Reads only roots and the children of unfinished parents (a handful per level),
-        so it costs the same for a thousand archived messages as for a million.
-        """
+        whose parent is not ready yet."""
         async with self._sessions() as session:
-            roots = list(
+            return await self._visible(session, await self._roots(session, conversation_id))
+
+    async def _roots(self, session: AsyncSession, conversation_id: uuid.UUID) -> list[Chunk]:
+        # Unswapped and pending chunks are always roots, and each level keeps only a few:
+        # the same cost for a thousand archived messages as for a million.
+        return list(
+            await session.scalars(
+                select(Chunk)
+                .options(defer(Chunk.transcript))
+                .where(Chunk.conversation_id == conversation_id, Chunk.parent_id.is_(None))
+            )
+        )
+
+    async def _visible(
+        self, session: AsyncSession, roots: list[Chunk], swapped: set[int] | None = None
+    ) -> list[ChunkView]:
+        """Ready rows in the timeline: roots, and the children of unfinished parents."""
+        unfinished = [r.id for r in roots if r.status != ChunkStatus.READY and r.level > 0]
+        children = (
+            list(
                 await session.scalars(
-                    select(Chunk).where(
-                        Chunk.conversation_id == conversation_id, Chunk.parent_id.is_(None)
-                    )
+                    select(Chunk)
+                    .options(defer(Chunk.transcript))
+                    .where(Chunk.parent_id.in_(unfinished), Chunk.status == ChunkStatus.READY)
                 )
             )
-            unfinished = [r.id for r in roots if r.status != ChunkStatus.READY and r.level > 0]
-            children = (
-                list(
-                    await session.scalars(
-                        select(Chunk).where(
-                            Chunk.parent_id.in_(unfinished), Chunk.status == ChunkStatus.READY
-                        )
-                    )
-                )
-                if unfinished
-                else []
-            )
+            if unfinished
+            else []
+        )
+        swapped = swapped or set()
         shown = [
             row
             for row in roots + children
-            if row.status == ChunkStatus.READY and (row.level > 0 or row.in_timeline)
+            if row.status == ChunkStatus.READY
+            and (row.level > 0 or row.in_timeline or row.id in swapped)
         ]
         return [_chunk_view(row) for row in sorted(shown, key=lambda r: r.seq_start)]
 

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.models import Chunk, Profile, RetiredFact
+from memory.models import Chunk, Conversation, ConversationKind, Profile, RetiredFact
 
 MAX_FACT_CHARS = 500
 
@@ -133,6 +133,19 @@ class Profiles:
         async with self._sessions() as session:
             row = await session.get(Profile, user_id)
         return _view(user_id, row)
+
+    async def of_conversation(self, conversation_id: uuid.UUID) -> tuple[str, ...]:
+        """The profile shown in a conversation: its owner's, or nothing for a group."""
+        async with self._sessions() as session:
+            text = await session.scalar(
+                select(Profile.text)
+                .join(Conversation, Conversation.user_id == Profile.user_id)
+                .where(
+                    Conversation.id == conversation_id,
+                    Conversation.kind == ConversationKind.PERSONAL,
+                )
+            )
+        return tuple(_lines(text or ""))
 
     async def append(
         self, user_id: uuid.UUID, facts: Sequence[str], now: datetime, *, chunk_id: int | None

@@ -205,11 +205,11 @@ class Store:
     async def add_message(
         self, conversation_id: uuid.UUID, new: NewMessage, *, now: datetime
     ) -> tuple[StoredMessage, bool]:
-        """Store a message under the next seq; `(existing, False)` for a redelivery."""
-        if new.platform_message_id is not None:
-            existing = await self.by_platform_id(new.channel, new.platform_message_id)
-            if existing is not None:
-                return existing, False
+        """Store a message under the next seq; `(existing, False)` for a redelivery.
+
+        A redelivery is found by the unique (channel, platform id) refusing the insert,
+        which rolls the seq back too: the common case costs no extra query.
+        """
         is_user = new.role is Role.USER
         async with self._sessions() as session:
             # The UPDATE takes the conversation's write lock first, so concurrent

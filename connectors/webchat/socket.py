@@ -118,7 +118,7 @@ async def _handle(raw: str, connector: WebchatConnector, visitor: Visitor, outbo
         return
     assert isinstance(frame, SendFrame)
     try:
-        received = await connector.submit(visitor, frame.text, frame.client_id)
+        received = await connector.submit(visitor.id, frame.text, frame.client_id)
     except InputError as exc:
         await outbox.frame(
             {
