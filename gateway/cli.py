@@ -121,5 +121,36 @@ def chat(
         sys.exit(0)
 
 
+# -- pairing: people waiting to talk to the bot on a `pairing` channel ------------------
+
+pairing = typer.Typer(help="People waiting to talk to the bot on a `pairing` channel.")
+app.add_typer(pairing, name="pairing")
+
+
+@pairing.command("list")
+def pairing_list() -> None:
+    """Show the pairing codes waiting for approval."""
+    from gateway.pairing import pending_lines
+
+    settings = _settings()
+    try:
+        lines = asyncio.run(pending_lines(settings))
+    except ParleyError as exc:
+        _fail(str(exc))
+    typer.echo("\n".join(lines) if lines else "no pairing requests are waiting")
+
+
+@pairing.command("approve")
+def pairing_approve(code: Annotated[str, typer.Argument(help="The code the person got.")]) -> None:
+    """Let the person with this pairing code talk to the assistant."""
+    from gateway.pairing import approve
+
+    settings = _settings()
+    try:
+        typer.echo(asyncio.run(approve(settings, code)))
+    except ParleyError as exc:
+        _fail(str(exc))
+
+
 def main() -> None:
     app()

@@ -16,7 +16,7 @@ import structlog
 
 from gateway.clock import Clock
 from gateway.connector import Connector
-from gateway.delivery import DeliveryLoop
+from gateway.delivery import DeliveryLoop, PartSender
 from gateway.hub import Hub
 from gateway.messages import ChatRef, Inbound, Outbound
 from gateway.policy import AccessPolicy
@@ -143,7 +143,10 @@ class Core:
                 reply.id, f"no {reply.channel} connector is configured", final=True
             )
             return
-        chat = await self.chat_of(trigger)
+        if isinstance(sender, PartSender):
+            chat = await self.chat_of(trigger)
+        else:  # web chat: clients read the database; only the address matters
+            chat = ChatRef(reply.channel, await self.store.external_id(trigger.identity_id))
         outbound = Outbound(
             message_id=reply.id,
             channel=reply.channel,

@@ -112,6 +112,9 @@ class DeliveryLoop:
         self._pacer = pacer or Pacer()
         self._lanes: dict[Hashable, deque[_Job]] = {}
         self._workers: dict[Hashable, asyncio.Task[None]] = {}
+        # Lanes with a request to the platform in flight: closing lets those finish,
+        # so a part the platform took is recorded and never sent twice.
+        self._sending: set[Hashable] = set()
         self._closing = False
 
     async def submit(self, outbound: Outbound, sender: Connector) -> None:
@@ -127,8 +130,12 @@ class DeliveryLoop:
             self._workers[lane] = asyncio.create_task(self._work(lane), name=f"deliver:{lane}")
 
     async def close(self, deadline: float) -> None:
-        """Let lanes finish within `deadline` s; what is left stays pending for next start."""
+        """Stop sending: a request in flight may finish within `deadline` s; the rest
+        stays pending in the database and goes out on the next start."""
         self._closing = True
+        for lane, worker in self._workers.items():
+            if lane not in self._sending:
+                worker.cancel()
         workers = list(self._workers.values())
         if not workers:
             return
@@ -152,7 +159,7 @@ class DeliveryLoop:
             while queue:
                 job = queue[0]
                 try:
-                    await self._deliver(job)
+                    await self._deliver(lane, job)
                 except Exception:
                     # A bug must not stall the lane: the reply stays pending and is
                     # tried again on the next start.
@@ -163,7 +170,7 @@ class DeliveryLoop:
             if not queue:
                 del self._lanes[lane]
 
-    async def _deliver(self, job: _Job) -> None:
+    async def _deliver(self, lane: Hashable, job: _Job) -> None:
         outbound, sender = job.outbound, job.sender
         state = await self._deliveries.state(outbound.message_id)
         if state is None or state.delivery is not Delivery.PENDING:
@@ -174,36 +181,50 @@ class DeliveryLoop:
             part = replace(outbound, text=parts[index], part=index, parts=len(parts))
             while True:
                 await self._pacer.wait(sender.pacing(part))
+                if self._closing:
+                    return  # still pending: the next start goes on from this part
+                self._sending.add(lane)
                 try:
-                    platform_id = await sender.send(part)
-                except Undeliverable as exc:
-                    await self._give_up(outbound, exc.reason)
+                    failure = await self._send_part(sender, part)
+                finally:
+                    self._sending.discard(lane)
+                if failure is None:
+                    break
+                failures += 1
+                if isinstance(failure, Undeliverable) or failures >= self._retry.max_attempts:
+                    await self._give_up(outbound, failure.reason)
                     return
-                except DeliveryError as exc:
-                    failures += 1
-                    if failures >= self._retry.max_attempts:
-                        await self._give_up(outbound, exc.reason)
-                        return
-                    await self._deliveries.attempt_failed(
-                        outbound.message_id, exc.reason, final=False
-                    )
-                    delay = exc.retry_after
-                    if delay is None:
-                        delay = self._retry.backoff(failures)
-                    log.info(
-                        "delivery will be retried",
-                        message_id=outbound.message_id,
-                        part=index,
-                        seconds=delay,
-                        error=exc.reason,
-                    )
-                    self._pacer.hold(sender.pacing(part), delay)
-                    continue
-                await self._deliveries.part_sent(
-                    outbound.message_id, index, outbound.channel, platform_id, now=self._clock.now()
-                )
-                break
+                await self._retry_later(sender, part, failure, failures)
         await self._deliveries.sent(outbound.message_id)
+
+    async def _send_part(self, sender: PartSender, part: Outbound) -> DeliveryError | None:
+        """Send one part and record that the platform took it; else why it did not."""
+        try:
+            platform_id = await sender.send(part)
+        except DeliveryError as exc:
+            return exc
+        await self._deliveries.part_sent(
+            part.message_id, part.part, part.channel, platform_id, now=self._clock.now()
+        )
+        return None
+
+    async def _retry_later(
+        self, sender: PartSender, part: Outbound, failure: DeliveryError, failures: int
+    ) -> None:
+        await self._deliveries.attempt_failed(part.message_id, failure.reason, final=False)
+        delay = failure.retry_after
+        log.info(
+            "delivery will be retried",
+            message_id=part.message_id,
+            part=part.part,
+            seconds=delay if delay is not None else self._retry.backoff(failures),
+            error=failure.reason,
+        )
+        if delay is None:
+            await asyncio.sleep(self._retry.backoff(failures))
+        else:
+            # The platform's limit: nothing else for this chat or bot goes out meanwhile.
+            self._pacer.hold(sender.pacing(part), delay)
 
     async def _give_up(self, outbound: Outbound, reason: str) -> None:
         log.warning("delivery failed", message_id=outbound.message_id, error=reason)

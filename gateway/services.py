@@ -111,9 +111,7 @@ class Services:
             limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
             deliver=core.deliver,
             commands=commands,
-            memory=ArchiveMemory(
-                archive, profiles, store, queue, clock, settings.data_dir / "archive"
-            ),
+            memory=ArchiveMemory(archive, profiles, queue, clock, settings.data_dir / "archive"),
             presence=core.working,
         )
         Linking(identities=identities, runner=runner, clock=clock).register(commands)

@@ -64,8 +64,9 @@ class TurnMemory(Protocol):
         """Apply finished archive work; return the timeline rows and the profile."""
         ...
 
-    async def after_turn(self, conversation_id: uuid.UUID) -> None:
-        """Cut chunks if the live window outgrew its limit (never waits for summaries)."""
+    async def after_turn(self, conversation_id: uuid.UUID, live_tokens: int) -> None:
+        """Cut chunks if the live window (`live_tokens` after the reply) outgrew its
+        limit; never waits for summaries."""
         ...
 
 
@@ -73,7 +74,7 @@ class NoMemory:
     async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
         return TurnContext()
 
-    async def after_turn(self, conversation_id: uuid.UUID) -> None:
+    async def after_turn(self, conversation_id: uuid.UUID, live_tokens: int) -> None:
         return None
 
 
@@ -211,8 +212,9 @@ class TurnRunner:
         state = replace(state, live=live, unanswered=answered)
         async with self._presence(answered[-1]):
             answer = await self._model(state, context)
-        await self._finish(state, answered[-1], answer)
-        await self._memory.after_turn(state.conversation_id)
+        reply = await self._finish(state, answered[-1], answer)
+        live_tokens = sum(m.token_count for m in state.live) + reply.token_count
+        await self._memory.after_turn(state.conversation_id, live_tokens)
 
     async def _run_command(self, state: TurnState, invocation: Invocation) -> None:
         answer = await self._command(invocation)
@@ -259,7 +261,9 @@ class TurnRunner:
             raise LLMError("the model returned an empty reply")
         return text
 
-    async def _finish(self, state: TurnState, trigger: StoredMessage, answer: _Answer) -> None:
+    async def _finish(
+        self, state: TurnState, trigger: StoredMessage, answer: _Answer
+    ) -> StoredMessage:
         """Store the answer as the reply to everything up to `trigger`, then deliver it."""
         reply, _ = await self._store.add_message(
             state.conversation_id,
@@ -276,6 +280,7 @@ class TurnRunner:
         self._hub.message(reply)
         self._resolve(state.conversation_id, trigger.seq, reply)
         await self._deliver(reply, trigger)
+        return reply
 
     def _resolve(self, conversation_id: uuid.UUID, upto: int, reply: StoredMessage) -> None:
         waiters = self._waiters.pop(conversation_id, [])

@@ -22,7 +22,9 @@ def create_engine(url: str) -> AsyncEngine:
         return create_async_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url)
+    # Every aiosqlite connection is a thread with its pragmas: keep enough of them open
+    # that a burst does not open and close connections per request.
+    engine = create_async_engine(url, pool_size=20, max_overflow=10)
     event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
 

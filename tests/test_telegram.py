@@ -71,7 +71,7 @@ async def test_forged_secret_tokens_are_refused_and_store_nothing(
                 response = await p.gw.http.post(
                     "/webhooks/telegram",
                     content=json.dumps(update).encode(),
-                    headers=[("X-Telegram-Bot-Api-Secret-Token", secret.encode("latin-1"))],  # type: ignore[list-item]
+                    headers=[(b"X-Telegram-Bot-Api-Secret-Token", secret.encode("latin-1"))],
                 )
             else:
                 response = await p.telegram(update, secret=secret)
@@ -87,9 +87,29 @@ async def test_payload_shapes_get_200_or_4xx_never_500(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
     ignored_updates: list[dict[str, Any]] = [
-        {"update_id": 1, "callback_query": {"id": "4382", "from": tg.user(5), "chat_instance": "1", "data": "x"}},
-        {"update_id": 2, "my_chat_member": {"chat": tg.private_chat(5), "from": tg.user(5), "date": 1, "old_chat_member": {"status": "member", "user": tg.user(5)}, "new_chat_member": {"status": "kicked", "user": tg.user(5), "until_date": 0}}},
-        {"update_id": 3, "channel_post": {"message_id": 1, "date": 1, "chat": {"id": -100, "type": "channel", "title": "News"}, "text": "post"}},
+        {
+            "update_id": 1,
+            "callback_query": {"id": "4382", "from": tg.user(5), "chat_instance": "1", "data": "x"},
+        },
+        {
+            "update_id": 2,
+            "my_chat_member": {
+                "chat": tg.private_chat(5),
+                "from": tg.user(5),
+                "date": 1,
+                "old_chat_member": {"status": "member", "user": tg.user(5)},
+                "new_chat_member": {"status": "kicked", "user": tg.user(5), "until_date": 0},
+            },
+        },
+        {
+            "update_id": 3,
+            "channel_post": {
+                "message_id": 1,
+                "date": 1,
+                "chat": {"id": -100, "type": "channel", "title": "News"},
+                "text": "post",
+            },
+        },
         {"update_id": 4, "something_telegram_adds_later": {"a": 1}},
         {"update_id": 5},
         tg.text_update(5, "", new_chat_members=[tg.user(6)]),  # a service message
@@ -128,13 +148,19 @@ async def test_photos_and_voice_become_labelled_placeholders_and_are_answered(
         await p.tg.wait_until(lambda f: len(f.texts(3333)) == 2)
         messages = await p.all_messages()
 
-    photo, voice = llm.requests[0]["messages"][-1]["content"], llm.requests[1]["messages"][-1]["content"]
+    photo, voice = (
+        llm.requests[0]["messages"][-1]["content"],
+        llm.requests[1]["messages"][-1]["content"],
+    )
     assert photo.startswith("[source: telegram photo]")
     assert "a photo" in photo
     assert "our new sofa" in photo
     assert voice.startswith("[source: telegram voice]")
     assert "a voice message" in voice
-    assert [m["source"] for m in messages if m["role"] == "user"] == ["telegram photo", "telegram voice"]
+    assert [m["source"] for m in messages if m["role"] == "user"] == [
+        "telegram photo",
+        "telegram voice",
+    ]
 
 
 async def test_an_edit_is_a_labelled_event_that_is_not_answered(
@@ -160,7 +186,9 @@ async def test_an_edit_is_a_labelled_event_that_is_not_answered(
     ]
     assert messages[2]["source"] == "telegram edit of an earlier message"
     assert len(llm.requests) == 2
-    assert "[source: telegram edit of an earlier message]\nmeet at 6" in _user_contents(llm.requests[1])
+    assert "[source: telegram edit of an earlier message]\nmeet at 6" in _user_contents(
+        llm.requests[1]
+    )
 
 
 async def test_groups_answer_mentions_and_replies_only_with_their_own_memory(
@@ -172,7 +200,9 @@ async def test_groups_answer_mentions_and_replies_only_with_their_own_memory(
         await p.tg.wait_until(lambda f: len(f.texts(5555)) == 1)
 
         chatter = await p.telegram(tg.text_update(5555, "lunch anyone?", chat=group))
-        mention = tg.mention_update(5555, f"@{tg.BOT_USERNAME} what's for dinner?", group, first_name="Ann")
+        mention = tg.mention_update(
+            5555, f"@{tg.BOT_USERNAME} what's for dinner?", group, first_name="Ann"
+        )
         await p.telegram(mention)
         await p.tg.wait_until(lambda f: len(f.texts(group["id"])) == 1)
         bot_message = p.tg.sent(group["id"])[0]
@@ -210,8 +240,8 @@ async def test_groups_answer_mentions_and_replies_only_with_their_own_memory(
 async def test_typing_is_kept_alive_while_the_model_writes(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    gate = asyncio.Event()
-    llm.script(Reply("done thinking", gate=gate))
+    gate, second_gate = asyncio.Event(), asyncio.Event()
+    llm.script(Reply("done thinking", gate=gate), Reply("hi", gate=second_gate))
     async with platform_gateway(database_url, tmp_path, llm) as p:
         connector = next(c for c in p.gw.services.connectors if c.channel == "telegram")
         connector.typing_interval = 0.05  # type: ignore[attr-defined]
@@ -220,8 +250,12 @@ async def test_typing_is_kept_alive_while_the_model_writes(
         gate.set()
         await p.tg.wait_until(lambda f: f.texts(7777) == ["done thinking"])
         typing_after_reply = len(p.tg.calls_of("sendChatAction"))
-        # Another whole turn elsewhere: the first chat's indicator has stopped.
+        # While another chat's indicator repeats, the first chat's stays stopped.
         await p.telegram(tg.text_update(8888, "hello"))
+        await p.tg.wait_until(
+            lambda f: sum(c.params["chat_id"] == 8888 for c in f.calls_of("sendChatAction")) >= 3
+        )
+        second_gate.set()
         await p.tg.wait_until(lambda f: len(f.texts(8888)) == 1)
 
     first_chat = [c for c in p.tg.calls_of("sendChatAction") if c.params["chat_id"] == 7777]
@@ -235,7 +269,9 @@ async def test_every_update_replayed_three_times_shuffled_is_stored_and_answered
     people = [9001, 9002, 9003, 9004]
     updates = [tg.text_update(person, f"hello from {person}") for person in people]
     updates.append(tg.edited_update(9001, 42, "an edit", edit_date=1_700_000_500))
-    updates.append({"update_id": 777, "callback_query": {"id": "1", "from": tg.user(5), "chat_instance": "1"}})
+    updates.append(
+        {"update_id": 777, "callback_query": {"id": "1", "from": tg.user(5), "chat_instance": "1"}}
+    )
     deliveries = [update for update in updates for _ in range(3)]
     random.Random(5).shuffle(deliveries)
     async with platform_gateway(database_url, tmp_path, llm) as p:
@@ -243,7 +279,9 @@ async def test_every_update_replayed_three_times_shuffled_is_stored_and_answered
         await p.tg.wait_until(lambda f: all(len(f.texts(person)) >= 1 for person in people))
         messages = await eventually(
             p.all_messages,
-            until=lambda ms: sum(m["role"] == "assistant" and m["delivery"] == "sent" for m in ms) == 4,
+            until=lambda ms: (
+                sum(m["role"] == "assistant" and m["delivery"] == "sent" for m in ms) == 4
+            ),
         )
         # Wait for one more full turn so a late duplicate would have shown up.
         await p.telegram(tg.text_update(9999, "last"))
@@ -261,15 +299,22 @@ async def test_every_update_replayed_three_times_shuffled_is_stored_and_answered
 async def test_polling_mode_takes_updates_and_confirms_them_after_storing(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    async with tg.fake_telegram() as fake:
-        async with platform_gateway(
-            database_url, tmp_path, llm, tg=fake, telegram_mode="polling", telegram_webhook_secret=None
-        ) as p:
-            await fake.push_update(tg.text_update(1212, "polled hello", update_id=500))
-            await fake.wait_until(lambda f: f.texts(1212) == ["reply 1"])
-            await fake.push_update(tg.text_update(1212, "second", update_id=501))
-            await fake.wait_until(lambda f: len(f.texts(1212)) == 2)
-            webhook_route = await p.telegram(tg.text_update(1212, "via webhook"))
+    async with (
+        tg.fake_telegram() as fake,
+        platform_gateway(
+            database_url,
+            tmp_path,
+            llm,
+            tg=fake,
+            telegram_mode="polling",
+            telegram_webhook_secret=None,
+        ) as p,
+    ):
+        await fake.push_update(tg.text_update(1212, "polled hello", update_id=500))
+        await fake.wait_until(lambda f: f.texts(1212) == ["reply 1"])
+        await fake.push_update(tg.text_update(1212, "second", update_id=501))
+        await fake.wait_until(lambda f: len(f.texts(1212)) == 2)
+        webhook_route = await p.telegram(tg.text_update(1212, "via webhook"))
 
     offsets = [c.params.get("offset") for c in fake.calls_of("getUpdates")]
     assert fake.calls_of("deleteWebhook")
@@ -308,4 +353,3 @@ def test_webhook_mode_needs_a_valid_secret(settings: dict[str, Any], message: st
     with pytest.raises(ConfigError, match=message) as raised:
         load_settings(_env_file=None, **values)
     assert tg.TOKEN not in str(raised.value)
-

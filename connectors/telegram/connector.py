@@ -11,6 +11,7 @@ MarkdownV2, which fails on unescaped model output), split at 4096 UTF-16 units.
 import hmac
 import json
 import logging
+import os
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -52,6 +53,9 @@ BOT_INTERVAL = 1 / 30
 
 def create(core: Core, settings: Settings) -> "TelegramConnector":
     assert settings.telegram_token is not None
+    # Opt in to PTB 23's time periods (`RetryAfter.retry_after` as a timedelta) now;
+    # otherwise PTB 22 warns from inside its own error class on every 429.
+    os.environ.setdefault("PTB_TIMEDELTA", "true")
     api = settings.telegram_api_url.rstrip("/")
     bot = Bot(
         settings.telegram_token.get_secret_value(),

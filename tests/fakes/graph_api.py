@@ -50,9 +50,7 @@ class GraphFail:
 
 
 def throttled() -> GraphFail:
-    return GraphFail(
-        400, 130429, "(#130429) Rate limit hit", retry_after=None
-    )
+    return GraphFail(400, 130429, "(#130429) Rate limit hit", retry_after=None)
 
 
 class FakeGraph:
@@ -61,7 +59,7 @@ class FakeGraph:
         self.texts_sent: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []
         self.attempts = 0
-        self._failures: deque[GraphFail] = deque()
+        self._failures: deque[GraphFail | None] = deque()
         self._changed = asyncio.Condition()
         self._ids = itertools.count(1)
         self.app = Starlette(
@@ -72,7 +70,8 @@ class FakeGraph:
     def api_url(self) -> str:
         return f"{self.base_url}/{VERSION}"
 
-    def fail(self, *failures: GraphFail) -> None:
+    def fail(self, *failures: GraphFail | None) -> None:
+        """Script the next text sends: a failure, or None for a normal answer."""
         self._failures.extend(failures)
 
     def texts(self, to: str | None = None) -> list[str]:
@@ -82,7 +81,7 @@ class FakeGraph:
     async def wait_until(
         self,
         predicate: Callable[[FakeGraph], bool],
-        seconds: float = 15.0,  # noqa: ASYNC109
+        seconds: float = 15.0,
     ) -> None:
         try:
             async with asyncio.timeout(seconds), self._changed:
@@ -95,7 +94,10 @@ class FakeGraph:
     async def _messages(self, request: Request) -> JSONResponse:
         if request.headers.get("authorization") != f"Bearer {TOKEN}":
             return _graph_error(401, 190, "Invalid OAuth access token - Cannot parse access token")
-        if request.path_params["phone"] != PHONE_NUMBER_ID or request.path_params["version"] != VERSION:
+        if (
+            request.path_params["phone"] != PHONE_NUMBER_ID
+            or request.path_params["version"] != VERSION
+        ):
             return _graph_error(400, 100, "Unsupported post request")
         body = await request.json()
         try:
@@ -111,15 +113,19 @@ class FakeGraph:
             self.reads.append(body)
             return JSONResponse({"success": True})
         self.attempts += 1
-        if self._failures:
-            failure = self._failures.popleft()
-            headers = {} if failure.retry_after is None else {"Retry-After": str(failure.retry_after)}
+        failure = self._failures.popleft() if self._failures else None
+        if failure is not None:
+            headers = (
+                {} if failure.retry_after is None else {"Retry-After": str(failure.retry_after)}
+            )
             return _graph_error(failure.status, failure.code, failure.message, headers)
         text = body.get("text", {}).get("body", "")
         if body.get("type") != "text" or not text:
             return _graph_error(400, 100, "Invalid parameter")
         if len(text.encode("utf-16-le")) // 2 > LIMIT:
-            return _graph_error(400, 100, "Param text['body'] must be at most 4096 characters long.")
+            return _graph_error(
+                400, 100, "Param text['body'] must be at most 4096 characters long."
+            )
         self.texts_sent.append(body)
         wamid = f"wamid.OUT{next(self._ids):06d}"
         return JSONResponse(
@@ -246,7 +252,9 @@ def status_notification(
     return envelope({"statuses": [entry]})
 
 
-def signed(payload: dict[str, Any] | bytes, secret: str = APP_SECRET) -> tuple[bytes, dict[str, str]]:
+def signed(
+    payload: dict[str, Any] | bytes, secret: str = APP_SECRET
+) -> tuple[bytes, dict[str, str]]:
     """The raw body and headers of a notification as Meta sends it."""
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()

@@ -58,18 +58,23 @@ class FakeTelegram:
         self.token = token
         self.base_url = ""
         self.calls: list[Call] = []
-        self._failures: defaultdict[str, deque[TgFail]] = defaultdict(deque)
+        self._failures: defaultdict[str, deque[TgFail | None]] = defaultdict(deque)
         self._updates: list[dict[str, Any]] = []
         self._changed = asyncio.Condition()
         self._message_ids = itertools.count(1000)
+        self._closing = False
         self.app = Starlette(
             routes=[Route("/bot{token}/{method}", self._method, methods=["GET", "POST"])]
         )
 
     # -- for tests --------------------------------------------------------------------
 
-    def fail(self, method: str, *failures: TgFail) -> None:
+    def fail(self, method: str, *failures: TgFail | None) -> None:
+        """Script the next calls of `method`: a failure, or None for a normal answer."""
         self._failures[method].extend(failures)
+
+    def clear_failures(self) -> None:
+        self._failures.clear()
 
     def sent(self, chat_id: int | None = None) -> list[Call]:
         """Messages Telegram accepted, in order (optionally to one chat)."""
@@ -96,7 +101,7 @@ class FakeTelegram:
     async def wait_until(
         self,
         predicate: Callable[[FakeTelegram], bool],
-        seconds: float = 15.0,  # noqa: ASYNC109
+        seconds: float = 15.0,
     ) -> None:
         try:
             async with asyncio.timeout(seconds), self._changed:
@@ -119,8 +124,8 @@ class FakeTelegram:
         if method == "getUpdates":
             return await self._get_updates(params)
         failures = self._failures.get(method)
-        if failures:
-            failure = failures.popleft()
+        failure = failures.popleft() if failures else None
+        if failure is not None:
             extra = {}
             if failure.retry_after is not None:
                 extra["retry_after"] = failure.retry_after
@@ -175,8 +180,14 @@ class FakeTelegram:
 
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout), self._changed:
-                await self._changed.wait_for(lambda: bool(pending()))
+                await self._changed.wait_for(lambda: bool(pending()) or self._closing)
         return _ok(pending())
+
+    async def close(self) -> None:
+        """End held long polls, so the server can shut down."""
+        async with self._changed:
+            self._closing = True
+            self._changed.notify_all()
 
 
 async def _params(request: Request) -> dict[str, Any]:
@@ -217,7 +228,10 @@ async def fake_telegram() -> AsyncIterator[FakeTelegram]:
     fake = FakeTelegram()
     async with serve(fake.app) as url:
         fake.base_url = url
-        yield fake
+        try:
+            yield fake
+        finally:
+            await fake.close()
 
 
 def telegram_settings(fake: FakeTelegram, **extra: Any) -> dict[str, Any]:
@@ -245,7 +259,12 @@ def user(user_id: int, first_name: str = "Test", last_name: str = "User") -> dic
 
 
 def private_chat(user_id: int, first_name: str = "Test") -> dict[str, Any]:
-    return {"id": user_id, "type": "private", "first_name": first_name, "username": f"user{user_id}"}
+    return {
+        "id": user_id,
+        "type": "private",
+        "first_name": first_name,
+        "username": f"user{user_id}",
+    }
 
 
 def group_chat(chat_id: int = -1001234567890, title: str = "Family") -> dict[str, Any]:
@@ -275,7 +294,10 @@ def text_update(
         command = text.split()[0]
         message["entities"] = [{"offset": 0, "length": len(command), "type": "bot_command"}]
     message.update(extra)
-    return {"update_id": update_id if update_id is not None else next(_update_ids), "message": message}
+    return {
+        "update_id": update_id if update_id is not None else next(_update_ids),
+        "message": message,
+    }
 
 
 def mention_update(user_id: int, text: str, chat: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -292,8 +314,20 @@ def photo_update(user_id: int, caption: str | None = None, **extra: Any) -> dict
     message = update["message"]
     del message["text"]
     message["photo"] = [
-        {"file_id": "AgAD-small", "file_unique_id": "AQAD1", "width": 90, "height": 67, "file_size": 1254},
-        {"file_id": "AgAD-large", "file_unique_id": "AQAD2", "width": 1280, "height": 960, "file_size": 88123},
+        {
+            "file_id": "AgAD-small",
+            "file_unique_id": "AQAD1",
+            "width": 90,
+            "height": 67,
+            "file_size": 1254,
+        },
+        {
+            "file_id": "AgAD-large",
+            "file_unique_id": "AQAD2",
+            "width": 1280,
+            "height": 960,
+            "file_size": 88123,
+        },
     ]
     if caption is not None:
         message["caption"] = caption

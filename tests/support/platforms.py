@@ -80,8 +80,10 @@ async def platform_gateway(
 ) -> AsyncIterator[Platforms]:
     """Both connectors on, both policies `open` unless `extra` says otherwise."""
     async with contextlib.AsyncExitStack() as stack:
-        tg = tg or await stack.enter_async_context(fake_telegram())
-        wa = wa or await stack.enter_async_context(fake_graph())
+        if tg is None:
+            tg = await stack.enter_async_context(fake_telegram())
+        if wa is None:
+            wa = await stack.enter_async_context(fake_graph())
         values: dict[str, Any] = {
             "telegram_policy": "open",
             "whatsapp_policy": "open",

@@ -1,0 +1,196 @@
+"""Durable delivery: split replies arrive whole and in order through 429s and 5xx, are
+marked failed with the platform's reason after N tries, and survive a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+from gateway.delivery import Pace, Pacer, RetryPolicy
+from gateway.split import split_text, utf16_length
+from tests.fakes import graph_api as wa
+from tests.fakes import telegram_api as tg
+from tests.fakes.graph_api import GraphFail
+from tests.fakes.llm_server import FakeLLM, Reply
+from tests.fakes.telegram_api import TgFail, flood
+from tests.support.platforms import platform_gateway
+from tests.support.polling import eventually
+
+CHAT = 31337
+PERSON = "16505550000"
+
+
+def _long_reply(chars: int = 10_000, seed: int = 1) -> str:
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "ιώτα", "🙂"]
+    paragraphs, size = [], 0
+    while size < chars:
+        sentences = [
+            " ".join(rng.choice(words) for _ in range(rng.randint(4, 14))).capitalize() + "."
+            for _ in range(rng.randint(2, 6))
+        ]
+        paragraph = " ".join(sentences)
+        paragraphs.append(paragraph)
+        size += len(paragraph) + 2
+    body = "\n\n".join(paragraphs)[: chars - 1]
+    return (body[:-1] + "x" if body[-1].isspace() else body) + "."
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+# -- splitting ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_split_parts_fit_keep_every_word_in_order_and_prefer_boundaries(seed: int) -> None:
+    text = _long_reply(rng_chars := random.Random(seed).randint(100, 30_000), seed)
+    limit = random.Random(seed).choice([50, 200, 4096])
+    parts = split_text(text, limit, utf16_length)
+
+    assert all(0 < utf16_length(part) <= limit for part in parts)
+    assert _words(" ".join(parts)) == _words(text)
+    if rng_chars > limit and limit >= 200:
+        # Paragraph or sentence boundaries: every part but the last ends a sentence.
+        assert all(part.endswith(".") for part in parts[:-1]), parts
+
+
+def test_split_cuts_an_unbroken_run_and_never_halves_a_surrogate_pair() -> None:
+    assert split_text("x" * 10, 4) == ["xxxx", "xxxx", "xx"]
+    assert split_text("🙂" * 5, 4, utf16_length) == ["🙂🙂", "🙂🙂", "🙂"]
+    assert split_text("short", 4096) == ["short"]
+    assert split_text("   ", 10) == []
+
+
+def test_split_prefers_a_paragraph_to_a_sentence_to_a_space() -> None:
+    text = "One. Two three.\n\nFour five six seven."
+    assert split_text(text, 30) == ["One. Two three.", "Four five six seven."]
+    assert split_text("One two. Three four five", 16) == ["One two.", "Three four five"]
+
+
+# -- pacing and backoff ---------------------------------------------------------------------
+
+
+async def test_pacer_spaces_sends_per_key_and_holds_after_a_limit() -> None:
+    pacer = Pacer()
+    loop = asyncio.get_running_loop()
+    chat, other = Pace("chat", 0.05), Pace("other", 0.05)
+    start = loop.time()
+    for _ in range(3):
+        await pacer.wait([chat])
+    paced = loop.time() - start
+    await pacer.wait([other])  # a different key is not held up
+    unrelated = loop.time() - start - paced
+    pacer.hold([chat], 0.2)
+    before_hold = loop.time()
+    await pacer.wait([chat])
+
+    assert paced >= 0.1
+    assert unrelated < 0.05
+    assert loop.time() - before_hold >= 0.19
+
+
+def test_backoff_doubles_up_to_its_ceiling() -> None:
+    policy = RetryPolicy(max_attempts=8, base_seconds=1.0, max_seconds=5.0)
+    assert [policy.backoff(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+# -- end to end ---------------------------------------------------------------------------
+
+
+async def test_a_long_telegram_reply_arrives_in_order_through_a_429(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    text = _long_reply()
+    llm.script(Reply(text))
+    async with platform_gateway(database_url, tmp_path, llm) as p:
+        p.tg.fail("sendMessage", None, flood(retry_after=1))  # the second part is throttled
+        await p.telegram(tg.text_update(CHAT, "tell me everything"))
+        await p.tg.wait_until(lambda f: len(f.texts(CHAT)) == 3)
+        messages = await eventually(p.all_messages, until=lambda ms: ms[-1]["delivery"] == "sent")
+
+    parts = p.tg.texts(CHAT)
+    assert len(text) == 10_000
+    assert all(utf16_length(part) <= 4096 for part in parts)
+    assert _words(" ".join(parts)) == _words(text)
+    assert len(p.tg.calls_of("sendMessage")) == 4  # three parts, one of them twice
+    assert messages[-1]["text"] == text  # stored whole, once
+
+
+async def test_a_long_whatsapp_reply_arrives_in_order_through_130429_and_5xx(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    text = _long_reply(seed=2)
+    llm.script(Reply(text))
+    async with platform_gateway(database_url, tmp_path, llm) as p:
+        p.wa.fail(
+            None,
+            GraphFail(429, 130429, "(#130429) Rate limit hit"),
+            GraphFail(503, 1, "Service temporarily unavailable"),
+        )
+        await p.whatsapp(wa.message_notification(PERSON, text="tell me everything"))
+        await p.wa.wait_until(lambda f: len(f.texts(PERSON)) == 3)
+        await eventually(p.all_messages, until=lambda ms: ms[-1]["delivery"] == "sent")
+
+    parts = p.wa.texts(PERSON)
+    assert all(utf16_length(part) <= 4096 for part in parts)
+    assert _words(" ".join(parts)) == _words(text)
+    assert p.wa.attempts == 5
+
+
+async def test_after_n_failures_the_reply_is_failed_with_the_platform_reason(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with platform_gateway(database_url, tmp_path, llm, delivery_max_attempts=3) as p:
+        p.tg.fail("sendMessage", *[TgFail(500, "Internal Server Error: try later")] * 3)
+        await p.telegram(tg.text_update(CHAT, "hello?"))
+        messages = await eventually(
+            p.all_messages, until=lambda ms: len(ms) == 2 and ms[1]["delivery"] == "failed"
+        )
+
+    assert len(p.tg.calls_of("sendMessage")) == 3
+    assert messages[1]["delivery_error"] == (
+        "Telegram did not take the message: Internal Server Error: try later"
+    )
+
+
+async def test_a_refusal_is_not_retried(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
+    async with platform_gateway(database_url, tmp_path, llm) as p:
+        p.tg.fail("sendMessage", TgFail(403, "Forbidden: bot was blocked by the user"))
+        await p.telegram(tg.text_update(CHAT, "bye"))
+        messages = await eventually(
+            p.all_messages, until=lambda ms: len(ms) == 2 and ms[1]["delivery"] == "failed"
+        )
+
+    assert len(p.tg.calls_of("sendMessage")) == 1
+    assert "bot was blocked by the user" in messages[1]["delivery_error"]
+
+
+async def test_a_reply_cut_short_by_a_shutdown_is_finished_after_restart_without_repeats(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    text = _long_reply(seed=3)
+    llm.script(Reply(text))
+    async with tg.fake_telegram() as fake:
+        fake.fail("sendMessage", None, *[TgFail(502, "Bad Gateway")] * 1000)
+        async with platform_gateway(
+            database_url, tmp_path, llm, tg=fake, delivery_max_attempts=100
+        ) as p:
+            await p.telegram(tg.text_update(CHAT, "a long story, please"))
+            await fake.wait_until(lambda f: len(f.calls_of("sendMessage")) >= 4)
+            before = await p.all_messages()
+        fake.clear_failures()
+        async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
+            await fake.wait_until(lambda f: len(f.texts(CHAT)) == 3)
+            after = await eventually(p.all_messages, until=lambda ms: ms[-1]["delivery"] == "sent")
+
+    assert before[-1]["delivery"] == "pending"
+    parts = fake.texts(CHAT)
+    assert len(parts) == len(set(parts)) == 3  # the first part was not sent again
+    assert _words(" ".join(parts)) == _words(text)
+    assert len(llm.requests) == 1  # the turn was not run again either
+    assert len(after) == 2
