@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from memory.profile import EditError, Remove, Replace, Shorten, apply_edits
+from memory.profile import Edit, EditError, Remove, Replace, Shorten, apply_edits
 from memory.profile_jobs import parse_edits
 
 LINES = [f"fact number {n}" + " detail" * n for n in range(1, 9)]
 
 
 def test_edits_keep_untouched_lines_identical_and_retire_the_rest() -> None:
-    edits = [Remove((2, 7)), Shorten(3, "fact 3, short"), Replace((5, 6), "facts 5 and 6")]
+    edits: list[Edit] = [
+        Remove((2, 7)),
+        Shorten(3, "fact 3, short"),
+        Replace((5, 6), "facts 5 and 6"),
+    ]
     kept, retired = apply_edits(LINES, edits)
 
     assert kept == [LINES[0], "fact 3, short", LINES[3], "facts 5 and 6", LINES[7]]
@@ -41,7 +45,7 @@ def test_edits_keep_untouched_lines_identical_and_retire_the_rest() -> None:
         ([Replace((1, 2), LINES[0] + LINES[1] + "!")], "not shorter"),
     ],
 )
-def test_an_invalid_edit_rejects_the_whole_answer(edits: list[Remove], reason: str) -> None:
+def test_an_invalid_edit_rejects_the_whole_answer(edits: list[Edit], reason: str) -> None:
     with pytest.raises(EditError, match=reason):
         apply_edits(LINES, [Remove((8,)), *edits])
 
