@@ -115,15 +115,19 @@ class Core:
                 self.runner.request(conversation_id)
         return Received(message, ref, created)
 
-    async def reply_to(self, message: StoredMessage, wait_seconds: float) -> StoredMessage | None:
-        """The reply to a user message, waiting up to `wait_seconds` for its turn to end."""
+    async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:
+        """The reply to a received message, waiting up to `wait_seconds` for its turn."""
+        message = received.message
         conversation_id = message.conversation_id
         future = self.runner.reply_future(conversation_id, message.seq)
         try:
-            # Checked after registering, so a turn ending in between is not missed.
-            stored = await self.store.reply_for(conversation_id, message.seq)
-            if stored is not None:
-                return stored
+            # A message stored just now cannot have its turn finished: `receive` only
+            # scheduled it. A redelivered one may have been answered long ago; that is
+            # checked after registering, so a turn ending in between is not missed.
+            if not received.created:
+                stored = await self.store.reply_for(conversation_id, message.seq)
+                if stored is not None:
+                    return stored
             return await asyncio.wait_for(asyncio.shield(future), wait_seconds)
         except TimeoutError:
             return None
@@ -134,6 +138,10 @@ class Core:
         self, conversation_id: uuid.UUID, after_seq: int, limit: int
     ) -> list[StoredMessage]:
         return await self.store.messages_after(conversation_id, after_seq, limit)
+
+    def delivered_by_storing(self, channel: str) -> bool:
+        sender = self._senders.get(channel)
+        return bool(getattr(sender, "delivered_by_storing", False))
 
     async def deliver(self, reply: StoredMessage, trigger: StoredMessage) -> None:
         """Send a stored reply through the channel of the message that started the turn."""

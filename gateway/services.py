@@ -109,7 +109,7 @@ class Services:
             clock=clock,
             persona=load_persona(settings.persona_file),
             limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
-            deliver=core.deliver,
+            outbox=core,
             commands=commands,
             memory=ArchiveMemory(archive, profiles, queue, clock, settings.data_dir / "archive"),
             presence=core.working,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -43,8 +43,19 @@ MODEL_DOWN_NOTICE = (
     "Your message is saved; write again in a moment and I'll pick up from here."
 )
 
-# Deliver a stored reply; the second argument is the message that started the turn.
-Deliver = Callable[[StoredMessage, StoredMessage], Awaitable[None]]
+
+class Outbox(Protocol):
+    """Where replies go once stored."""
+
+    def delivered_by_storing(self, channel: str) -> bool:
+        """True where clients read stored messages (web chat): nothing to send."""
+        ...
+
+    async def deliver(self, reply: StoredMessage, trigger: StoredMessage) -> None:
+        """Send a stored reply; `trigger` is the message that started the turn."""
+        ...
+
+
 # Held while the model writes an answer to a message (typing indicators).
 Presence = Callable[[StoredMessage], AbstractAsyncContextManager[None]]
 
@@ -101,7 +112,7 @@ class TurnRunner:
         clock: Clock,
         persona: str,
         limits: TurnLimits,
-        deliver: Deliver,
+        outbox: Outbox,
         commands: Commands | None = None,
         memory: TurnMemory | None = None,
         presence: Presence | None = None,
@@ -112,7 +123,7 @@ class TurnRunner:
         self._clock = clock
         self._persona = persona
         self._limits = limits
-        self._deliver = deliver
+        self._outbox = outbox
         self._commands = commands or Commands()
         self._memory = memory or NoMemory()
         self._presence = presence or _no_presence
@@ -181,16 +192,26 @@ class TurnRunner:
                 self._guards[conversation_id] = (lock, users - 1)
 
     async def _loop(self, conversation_id: uuid.UUID) -> None:
+        # A loop starts because a message arrived: the first round goes straight to the
+        # turn. Later rounds first ask one small question: is anything unanswered? A
+        # message stored meanwhile has set `_again` (the loop was still registered).
+        known_owed = True
         try:
             while not self._closing and conversation_id not in self._merged:
                 self._again.discard(conversation_id)
+                if not known_owed and not await self._store.owes_reply(conversation_id):
+                    if conversation_id in self._again:
+                        continue
+                    break
                 async with self.guard(conversation_id):
                     context = await self._memory.before_turn(conversation_id)
                     state = await self._store.load_turn(conversation_id)
                     if state is None:
-                        if conversation_id in self._again:
-                            continue
-                        break
+                        if not known_owed:
+                            break  # owed, yet nothing to answer: a merge answered it
+                        known_owed = False
+                        continue
+                    known_owed = False
                     await self._step(state, context)
         except Exception:
             log.exception("turn loop failed", conversation_id=str(conversation_id))
@@ -265,6 +286,7 @@ class TurnRunner:
         self, state: TurnState, trigger: StoredMessage, answer: _Answer
     ) -> StoredMessage:
         """Store the answer as the reply to everything up to `trigger`, then deliver it."""
+        stored_is_sent = self._outbox.delivered_by_storing(trigger.channel)
         reply, _ = await self._store.add_message(
             state.conversation_id,
             NewMessage(
@@ -273,13 +295,14 @@ class TurnRunner:
                 text=answer.text,
                 source=answer.source,
                 reply_to_seq=trigger.seq,
-                delivery=Delivery.PENDING,
+                delivery=Delivery.SENT if stored_is_sent else Delivery.PENDING,
             ),
             now=self._clock.now(),
         )
         self._hub.message(reply)
         self._resolve(state.conversation_id, trigger.seq, reply)
-        await self._deliver(reply, trigger)
+        if not stored_is_sent:
+            await self._outbox.deliver(reply, trigger)
         return reply
 
     def _resolve(self, conversation_id: uuid.UUID, upto: int, reply: StoredMessage) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -114,7 +114,17 @@ MESSAGE_COLUMNS = (
 )
 
 
+_ROLES = {role.value: role for role in Role}
+_DELIVERIES = {state.value: state for state in Delivery}
+
+
 def message_view(row: Any) -> StoredMessage:
+    """A view of a row selected with `MESSAGE_COLUMNS` (or of a `Message`)."""
+    if isinstance(row, Row):  # result rows: positional, the turn's hot path
+        values = list(row)
+        values[3] = _ROLES[values[3]]
+        values[14] = _DELIVERIES.get(values[14])
+        return StoredMessage(*values)
     return StoredMessage(
         id=row.id,
         conversation_id=row.conversation_id,
@@ -379,6 +389,17 @@ class Store:
             return [message_view(row) for row in await session.execute(query)]
 
     # -- turns ------------------------------------------------------------------------
+
+    async def owes_reply(self, conversation_id: uuid.UUID) -> bool:
+        """Whether a user message of the conversation is still unanswered."""
+        async with self._sessions() as session:
+            found = await session.scalar(
+                select(Conversation.id).where(
+                    Conversation.id == conversation_id,
+                    Conversation.last_user_seq > Conversation.answered_seq,
+                )
+            )
+        return found is not None
 
     async def conversations_owing_reply(self) -> list[uuid.UUID]:
         query = select(Conversation.id).where(

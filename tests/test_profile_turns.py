@@ -219,7 +219,7 @@ async def test_groups_give_no_personal_facts_and_see_no_personal_profile(
                 )
             )
             group_id = received.message.conversation_id
-            assert await core.reply_to(received.message, 10) is not None
+            assert await core.reply_to(received, 10) is not None
         assert group_id is not None
         await _settle(gw, group_id)
         alice_profile = await profiles.get(alice.user_id)

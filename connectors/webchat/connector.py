@@ -37,6 +37,8 @@ class Visitor:
 
 class WebchatConnector:
     channel = CHANNEL
+    # Clients read stored messages (socket, polling): storing a reply delivers it.
+    delivered_by_storing = True
 
     def __init__(self, core: Core, settings: Settings) -> None:
         self.core = core
@@ -119,9 +121,7 @@ def _router(connector: WebchatConnector) -> APIRouter:
     )
     async def send_message(body: SendIn, visitor_id: VisitorId, response: Response) -> ExchangeOut:
         received = await connector.submit(visitor_id, body.text, body.client_id)
-        reply = await connector.core.reply_to(
-            received.message, connector.settings.reply_wait_seconds
-        )
+        reply = await connector.core.reply_to(received, connector.settings.reply_wait_seconds)
         if reply is None:
             response.status_code = status.HTTP_202_ACCEPTED
         return ExchangeOut(
