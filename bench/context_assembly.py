@@ -7,7 +7,9 @@
 `ArchiveMemory.before_turn` (swap + timeline + profile read), `Store.load_turn` (the
 live window) and the rendering of the system prompt and the live turns with the same
 functions `TurnRunner._model` uses (checked once per run: the prompt built here is
-compared with the one `TurnRunner._model` hands to the model).
+compared with the one `TurnRunner._model` hands to the model). Timed apart: the parts
+of `before_turn`, `after_turn`, and `Store.owes_reply` (where the runner has it: the
+small read a turn loop makes before each round after its first).
 
 Each archive is written straight into the database with bulk inserts on the real tables,
 in the shape the roll-up rules leave behind: level-0 chunks of 20 messages (ready, in
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import json
 import re
 import time
@@ -88,7 +91,7 @@ from memory.models import (
     User,
 )
 from memory.profile import Profiles
-from memory.store import Store, StoredMessage, TurnState
+from memory.store import Store, TurnState
 from memory.tokens import estimate_tokens, message_tokens
 
 GOAL_RATIO = 1.2
@@ -252,10 +255,25 @@ def _transcript(chunk: Planned, sent: Any) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-async def seed(engine: AsyncEngine, archived: int, limits: MemoryLimits, now: datetime) -> Seeded:
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Whose conversation a seed writes: known before any row is, for the clean-up."""
+
+    user_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    conversation_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+async def seed(
+    engine: AsyncEngine,
+    archived: int,
+    limits: MemoryLimits,
+    now: datetime,
+    owner: Owner | None = None,
+) -> Seeded:
     """One person's conversation with `archived` archived messages, written in bulk."""
     started = time.perf_counter()
-    user_id, identity_id, conversation_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    owner = owner or Owner()
+    user_id, identity_id, conversation_id = owner.user_id, uuid.uuid4(), owner.conversation_id
     total = archived + LIVE_MESSAGES + 1  # the last one is the unanswered user message
 
     def sent(seq: int) -> datetime:
@@ -537,6 +555,7 @@ async def components(s: Subject, live_tokens: int, *, record: bool) -> None:
         ("prepare_turn (swap+timeline)", lambda: s.archive.prepare_turn(cid)),
         ("profile", lambda: s.profiles.of_conversation(cid)),
         ("after_turn", lambda: s.memory.after_turn(cid, live_tokens)),
+        ("owes_reply (loop's next round)", lambda: _owes_reply(s)),
     ]
     for name, call in steps:
         started = time.perf_counter()
@@ -559,26 +578,34 @@ async def extras(s: Subject, *, record: bool) -> None:
             s.add(name, time.perf_counter() - started)
 
 
-async def check_against_runner(s: Subject, persona: str, now: datetime) -> bool:
-    """True if the prompt built here is the one `TurnRunner._model` sends."""
+async def check_against_runner(s: Subject, persona: str, now: datetime) -> str:
+    """'identical' if the prompt built here is the one `TurnRunner._model` sends.
+
+    Only what `_model` uses is real; any other argument the runner requires (how
+    replies are delivered, which changes often) gets an inert placeholder.
+    """
     llm = CapturingLLM()
-
-    async def deliver(reply: StoredMessage, trigger: StoredMessage) -> None:
-        return None
-
-    runner = TurnRunner(
-        store=s.store,
-        llm=llm,
-        hub=Hub(),
-        clock=FixedClock(now),
-        persona=persona,
-        limits=TURN_LIMITS,
-        deliver=deliver,
-        memory=s.memory,
-    )
-    state, context, ours = await assemble(s, persona, now, record=False)
-    await runner._model(state, context)
-    return llm.prompts == [ours]
+    known: dict[str, Any] = {
+        "store": s.store,
+        "llm": llm,
+        "hub": Hub(),
+        "clock": FixedClock(now),
+        "persona": persona,
+        "limits": TURN_LIMITS,
+        "memory": s.memory,
+    }
+    arguments = {
+        name: known.get(name, object())
+        for name, parameter in inspect.signature(TurnRunner).parameters.items()
+        if name in known or parameter.default is inspect.Parameter.empty
+    }
+    try:
+        runner = TurnRunner(**arguments)
+        state, context, ours = await assemble(s, persona, now, record=False)
+        await runner._model(state, context)
+    except Exception as exc:  # the runner's internals moved: say so, measure anyway
+        return f"not checked ({type(exc).__name__}: {exc})"
+    return "identical" if llm.prompts == [ours] else "DIFFERENT"
 
 
 # -- query plans ----------------------------------------------------------------------------
@@ -612,9 +639,16 @@ async def edge_query(s: Subject, before_seq: int) -> None:
         )
 
 
+async def _owes_reply(s: Subject) -> None:
+    owes_reply = getattr(s.store, "owes_reply", None)
+    if owes_reply is not None:
+        await owes_reply(s.conversation_id)
+
+
 async def query_plans(s: Subject) -> list[dict[str, Any]]:
     cid, total = s.conversation_id, s.seeded.archived + LIVE_MESSAGES + 1
     calls: list[tuple[str, Any]] = [
+        ("turn loop, later rounds: Store.owes_reply", lambda: _owes_reply(s)),
         ("before_turn: Archive.prepare_turn", lambda: s.archive.prepare_turn(cid)),
         ("before_turn: Profiles.of_conversation", lambda: s.profiles.of_conversation(cid)),
         ("Store.load_turn", lambda: s.store.load_turn(cid)),
@@ -709,6 +743,7 @@ async def subjects(options: Options, limits: MemoryLimits) -> AsyncIterator[list
     sizes = [("small", options.small), ("large", options.large)]
     async with scratch_dir("parley-bench-context-") as scratch:
         made: list[Subject] = []
+        owners: list[Owner] = []
         engines: list[AsyncEngine] = []
         try:
             shared = None
@@ -721,7 +756,8 @@ async def subjects(options: Options, limits: MemoryLimits) -> AsyncIterator[list
                     engines.append(engine)
                 else:
                     engine = shared
-                seeded = await seed(engine, archived, limits, now)
+                owners.append(Owner())
+                seeded = await seed(engine, archived, limits, now, owners[-1])
                 async with engine.begin() as conn:
                     for change in options.what_if:
                         for statement in WHAT_IF[change]:
@@ -732,13 +768,13 @@ async def subjects(options: Options, limits: MemoryLimits) -> AsyncIterator[list
                     await conn.execute(text("ANALYZE"))
             yield made
         finally:
-            if options.database_url:
-                for s in made:
-                    async with s.engine.begin() as conn:
-                        cid = s.conversation_id
+            if options.database_url and engines:
+                for owner in owners:  # also what a seed cut short left behind
+                    async with engines[0].begin() as conn:
+                        cid = owner.conversation_id
                         await conn.execute(delete(Message).where(Message.conversation_id == cid))
                         await conn.execute(delete(Chunk).where(Chunk.conversation_id == cid))
-                        await conn.execute(delete(User).where(User.id == s.seeded.user_id))
+                        await conn.execute(delete(User).where(User.id == owner.user_id))
             for engine in engines:
                 await engine.dispose()
 
@@ -757,7 +793,8 @@ async def run(options: Options) -> dict[str, Any]:
     url = normalise_url(options.database_url) if options.database_url else "sqlite"
     async with subjects(options, limits) as (small, large):
         now = datetime.now(UTC)
-        same_prompt = all([await check_against_runner(s, persona, now) for s in (small, large)])
+        checks = {await check_against_runner(s, persona, now) for s in (small, large)}
+        same_prompt = checks.pop() if len(checks) == 1 else "DIFFERENT"
         plans = {s.label: await query_plans(s) for s in (small, large)}
         for index in range(options.warmup + options.repetitions):
             record = index >= options.warmup
@@ -828,7 +865,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         f"Parley context assembly: {result['database']}, {machine_line(result['machine'])}",
         f"{result['repetitions']} measured assemblies per size after {result['warmup']} "
-        f"warm-up, sizes alternating; prompt identical to TurnRunner._model's: "
+        f"warm-up, sizes alternating; prompt vs the one TurnRunner._model sends: "
         f"{result['prompt_matches_turn_runner']}",
         "what-if (fixes tried on the scratch files / in this process): "
         + (", ".join(result["what_if"]) or "none"),
@@ -871,10 +908,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             f"{key:<34}{sizes['small']['prompt'][key]:>10,}{sizes['large']['prompt'][key]:>10,}"
         )
-    lines.append(
-        "rows by level: small "
-        f"{sizes['small']['prompt']['rows_by_level']}, large {sizes['large']['prompt']['rows_by_level']}"
-    )
+    by_level = {label: size["prompt"]["rows_by_level"] for label, size in sizes.items()}
+    lines.append(f"rows by level: small {by_level['small']}, large {by_level['large']}")
     lines += ["", "query plans (large archive):"]
     for plan in result["query_plans"]["large"]:
         lines.append(f"  {plan['call']}: {plan['sql'][:150]}")
