@@ -242,7 +242,9 @@ class Seeded:
 
 
 def _summary(chunk: Planned) -> str:
-    return filler(SUMMARY_CHARS, f"Level {chunk.level} summary of messages {chunk.seq_start}-")
+    # As long as the summariser is asked for at this level: older levels are coarser.
+    chars = SUMMARY_CHARS * MemoryLimits().summary_tokens_at(chunk.level) // 1_500
+    return filler(chars, f"Level {chunk.level} summary of messages {chunk.seq_start}-")
 
 
 def _transcript(chunk: Planned, sent: Any) -> str:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
@@ -67,6 +68,24 @@ def plan_cut(
         remaining -= size
         start = index
     return slices
+
+
+# Everything a timeline row needs; never the transcript.
+TIMELINE_COLUMNS = (
+    Chunk.id,
+    Chunk.conversation_id,
+    Chunk.level,
+    Chunk.seq_start,
+    Chunk.seq_end,
+    Chunk.time_start,
+    Chunk.time_end,
+    Chunk.summary,
+    Chunk.status,
+    Chunk.attempts,
+    Chunk.last_error,
+    Chunk.parent_id,
+    Chunk.in_timeline,
+)
 
 
 class Archive(ArchiveReads):
@@ -177,28 +196,29 @@ class Archive(ArchiveReads):
         async with self._sessions() as session:
             return await self._visible(session, await self._roots(session, conversation_id))
 
-    async def _roots(self, session: AsyncSession, conversation_id: uuid.UUID) -> list[Chunk]:
+    async def _roots(self, session: AsyncSession, conversation_id: uuid.UUID) -> list[Any]:
         # Unswapped and pending chunks are always roots, and each level keeps only a few:
-        # the same cost for a thousand archived messages as for a million.
+        # the same cost for a thousand archived messages as for a million. Plain rows,
+        # not ORM objects: this runs every turn.
         return list(
-            await session.scalars(
-                select(Chunk)
-                .options(defer(Chunk.transcript))
-                .where(Chunk.conversation_id == conversation_id, Chunk.parent_id.is_(None))
+            await session.execute(
+                select(*TIMELINE_COLUMNS).where(
+                    Chunk.conversation_id == conversation_id, Chunk.parent_id.is_(None)
+                )
             )
         )
 
     async def _visible(
-        self, session: AsyncSession, roots: list[Chunk], swapped: set[int] | None = None
+        self, session: AsyncSession, roots: list[Any], swapped: set[int] | None = None
     ) -> list[ChunkView]:
         """Ready rows in the timeline: roots, and the children of unfinished parents."""
         unfinished = [r.id for r in roots if r.status != ChunkStatus.READY and r.level > 0]
         children = (
             list(
-                await session.scalars(
-                    select(Chunk)
-                    .options(defer(Chunk.transcript))
-                    .where(Chunk.parent_id.in_(unfinished), Chunk.status == ChunkStatus.READY)
+                await session.execute(
+                    select(*TIMELINE_COLUMNS).where(
+                        Chunk.parent_id.in_(unfinished), Chunk.status == ChunkStatus.READY
+                    )
                 )
             )
             if unfinished
@@ -248,6 +268,7 @@ class Archive(ArchiveReads):
             candidates = list(
                 await session.scalars(
                     select(Chunk)
+                    .options(defer(Chunk.transcript))
                     .where(
                         Chunk.conversation_id == conversation_id,
                         Chunk.level == level,
@@ -410,7 +431,8 @@ class Archive(ArchiveReads):
                 await session.execute(
                     select(Chunk.id, Chunk.attempts)
                     .where(
-                        Chunk.status != ChunkStatus.READY,
+                        # IN, not "!= ready", so the (status, next_attempt_at) index serves it.
+                        Chunk.status.in_([ChunkStatus.PENDING, ChunkStatus.FAILED]),
                         or_(Chunk.next_attempt_at.is_(None), Chunk.next_attempt_at <= now),
                         or_(Chunk.lease_until.is_(None), Chunk.lease_until < now),
                     )
@@ -429,18 +451,27 @@ class Archive(ArchiveReads):
 
     async def conversations_to_roll_up(self) -> list[uuid.UUID]:
         """Conversations with a level that has enough parentless ready chunks to roll up."""
-        smallest = min(
-            self.limits.consolidate_at, self.limits.rollup_keep + self.limits.rollup_batch
+        threshold = case(
+            (Chunk.level == 0, self.limits.consolidate_at),
+            else_=self.limits.rollup_keep + self.limits.rollup_batch,
         )
+        rollable = case(
+            (
+                and_(
+                    Chunk.status == ChunkStatus.READY,
+                    or_(Chunk.level > 0, Chunk.in_timeline.is_(True)),
+                ),
+                1,
+            ),
+            else_=0,
+        )
+        # Only `parent_id IS NULL` in the WHERE: it reads the few roots of each
+        # conversation through their index, never every ready chunk.
         query = (
             select(Chunk.conversation_id)
-            .where(
-                Chunk.status == ChunkStatus.READY,
-                Chunk.parent_id.is_(None),
-                or_(Chunk.level > 0, Chunk.in_timeline.is_(True)),
-            )
+            .where(Chunk.parent_id.is_(None))
             .group_by(Chunk.conversation_id, Chunk.level)
-            .having(func.count() >= smallest)
+            .having(func.sum(rollable) >= threshold)
         )
         async with self._sessions() as session:
             return list(set(await session.scalars(query)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import and_, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -64,7 +65,8 @@ class NewChunk:
     transcript: str | None
 
 
-def chunk_view(row: Chunk) -> ChunkView:
+def chunk_view(row: Any) -> ChunkView:
+    """A view of a `Chunk`, or of a row with (at least) its view's columns."""
     return ChunkView(
         id=row.id,
         conversation_id=row.conversation_id,

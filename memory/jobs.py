@@ -111,7 +111,7 @@ class ArchiveJobs:
 
     async def _write(self, claim: Claim) -> str:
         kind: Kind = "chunk" if claim.chunk.level <= 1 else "rollup"
-        target = self._archive.limits.summary_tokens
+        target = self._archive.limits.summary_tokens_at(claim.chunk.level)
         return await self._summarizer.summarize(claim.content, kind=kind, target_tokens=target)
 
     async def _keep_lease(self, chunk_id: int) -> None:

@@ -40,6 +40,23 @@ class MemoryLimits:
             rollup_batch=self.rollup_batch,
         )
 
+    def summary_tokens_at(self, level: int) -> int:
+        """Older is coarser: from level 2 up each level's summaries are half as long as
+        the level below (down to a sixteenth), so the timeline's size stays bounded
+        however many levels a long history needs."""
+        if level <= 1:
+            return self.summary_tokens
+        return max(self.summary_tokens // 16, self.summary_tokens >> (level - 1))
+
+    def max_timeline_tokens(self, levels: int, row_overhead: int = 30) -> int:
+        """The most tokens the timeline rows can take with `levels` levels above 0."""
+        level_zero = (self.consolidate_at - 1) + self.consolidate_count
+        per_level = (self.rollup_keep + self.rollup_batch - 1) + self.rollup_batch
+        rows = level_zero * (self.summary_tokens + row_overhead)
+        for level in range(1, levels + 1):
+            rows += per_level * (self.summary_tokens_at(level) + row_overhead)
+        return rows
+
     def max_timeline_rows(self, levels: int) -> int:
         """Rows the timeline can hold with `levels` levels above 0 (see archive.py)."""
         level_zero = (self.consolidate_at - 1) + self.consolidate_count

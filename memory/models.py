@@ -145,7 +145,7 @@ class Chunk(Base):
         UniqueConstraint("conversation_id", "level", "seq_start"),
         # Roots (no parent) are the few chunks a turn or roll-up looks at: unswapped
         # and pending chunks are always roots, so no query scans a whole archive.
-        Index("ix_chunks_roots", "conversation_id", "parent_id", "level"),
+        Index("ix_chunks_roots", "conversation_id", "parent_id", "level", "seq_start"),
         Index("ix_chunks_due", "status", "next_attempt_at"),
         Index("ix_chunks_extract", "facts_extracted", "status", "level"),
     )

@@ -37,7 +37,9 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("user_notified", sa.Boolean(), server_default=sa.false(), nullable=False)
         )
-        batch_op.create_index("ix_chunks_roots", ["conversation_id", "parent_id", "level"])
+        batch_op.create_index(
+            "ix_chunks_roots", ["conversation_id", "parent_id", "level", "seq_start"]
+        )
         batch_op.create_index("ix_chunks_due", ["status", "next_attempt_at"])
     with op.batch_alter_table("messages", schema=None) as batch_op:
         batch_op.create_index("ix_messages_live", ["conversation_id", "chunk_id", "seq"])
