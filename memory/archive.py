@@ -186,10 +186,6 @@ class Archive(ArchiveReads):
             rows = await self._visible(session, roots, swapped={chunk.id for chunk in ready})
         return bool(ready), rows
 
-    async def swap(self, conversation_id: uuid.UUID) -> bool:
-        swapped, _ = await self.prepare_turn(conversation_id)
-        return swapped
-
     async def timeline(self, conversation_id: uuid.UUID) -> list[ChunkView]:
         """The rows the model sees, oldest first: every ready chunk in the timeline
         whose parent is not ready yet."""

@@ -365,19 +365,6 @@ class Store:
             )
         return found or "webchat"
 
-    async def set_delivery(self, message_id: int, state: Delivery, error: str | None) -> None:
-        async with self._sessions() as session:
-            await session.execute(
-                update(Message)
-                .where(Message.id == message_id)
-                .values(
-                    delivery=state,
-                    delivery_error=error,
-                    delivery_attempts=Message.delivery_attempts + 1,
-                )
-            )
-            await session.commit()
-
     async def pending_deliveries(self, limit: int = 500) -> list[StoredMessage]:
         query = (
             select(*MESSAGE_COLUMNS)
