@@ -38,6 +38,7 @@ from typing import Any
 
 import httpx
 
+from bench.memory_support import commit
 from bench.turn_apps import BASELINE_PATH, GATEWAY_PATH, gateway_settings
 from bench.turn_load import (
     Check,
@@ -411,28 +412,6 @@ def render(result: dict[str, Any]) -> str:
         f"goal <= {result['goal_ms']:.0f} ms: {verdict}"
     )
     return "\n".join(lines)
-
-
-def commit() -> str:
-    """The checked-out commit, '+dirty' if the work tree has changes; 'unknown' without git."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -123,6 +123,13 @@ async def open_chat(page: Page, url: str) -> None:
     await expect(page.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
 
 
+async def send_from_page(page: Page, text: str) -> None:
+    """What a person does: type into the box and press Enter."""
+    message = page.get_by_label("Message")
+    await message.fill(text)
+    await message.press("Enter")
+
+
 async def shows(page: Page, texts: list[str]) -> None:
     """Wait until the log holds exactly these bubbles, with no reply still streaming.
 
@@ -153,12 +160,10 @@ async def test_enter_sends_and_the_streamed_reply_becomes_one_assistant_bubble(
     await page.add_init_script(RECORD_DRAFTS_JS)
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
-        message = page.get_by_label("Message")
-        await message.fill("hello there")
-        await message.press("Enter")
+        await send_from_page(page, "hello there")
 
         await expect(page.locator("#log .msg.user")).to_have_text(["hello there"])
-        await expect(message).to_have_value("")
+        await expect(page.get_by_label("Message")).to_have_value("")
         await llm.wait_for_requests(1)
         # The model has been asked but is held: nothing may stand in for its answer yet.
         await expect(page.locator("#log .msg.assistant")).to_have_count(0)
@@ -189,12 +194,9 @@ async def test_reload_shows_the_history_once_and_in_order(
 ) -> None:
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
-        message = page.get_by_label("Message")
-        await message.fill("first")
-        await message.press("Enter")
+        await send_from_page(page, "first")
         await shows(page, ["first", "reply 1"])
-        await message.fill("second")
-        await message.press("Enter")
+        await send_from_page(page, "second")
         await shows(page, ["first", "reply 1", "second", "reply 2"])
         token = await stored_token(page)
 
@@ -211,8 +213,7 @@ async def test_reload_shows_the_history_once_and_in_order(
         assert await stored_token(page) == token  # the same visitor, not a new session
 
         # Live messages after the resume follow on, without repeating what was replayed.
-        await message.fill("third")
-        await message.press("Enter")
+        await send_from_page(page, "third")
         await shows(page, ["first", "reply 1", "second", "reply 2", "third", "reply 3"])
         assert await bubbles(page) == [
             *expected,
@@ -240,9 +241,7 @@ async def test_messages_from_another_client_show_up_live(
         ]
 
         # And the page keeps talking in the same conversation afterwards.
-        message = page.get_by_label("Message")
-        await message.fill("and now from the browser")
-        await message.press("Enter")
+        await send_from_page(page, "and now from the browser")
         await shows(page, ["sent from my phone", "reply 1", "and now from the browser", "reply 2"])
         assert [m["text"] for m in await gw.history(token)] == [
             "sent from my phone",
@@ -263,9 +262,7 @@ async def test_html_in_messages_is_shown_as_text(
     await page.add_init_script(RECORD_DRAFTS_JS)
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
-        message = page.get_by_label("Message")
-        await message.fill(hostile)
-        await message.press("Enter")
+        await send_from_page(page, hostile)
 
         await shows(page, [hostile, answer])
         assert await bubbles(page) == [["1", "msg user", hostile], ["2", "msg assistant", answer]]
@@ -291,9 +288,7 @@ async def test_after_a_dropped_connection_the_page_catches_up_without_repeats(
     await line.install(page)
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
-        message = page.get_by_label("Message")
-        await message.fill("before the drop")
-        await message.press("Enter")
+        await send_from_page(page, "before the drop")
         await shows(page, ["before the drop", "reply 1"])
 
         await line.cut(stay_down=True)
@@ -316,9 +311,7 @@ async def test_a_token_the_server_no_longer_accepts_starts_a_fresh_conversation(
     await line.install(page)
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
-        message = page.get_by_label("Message")
-        await message.fill("under the old key")
-        await message.press("Enter")
+        await send_from_page(page, "under the old key")
         await shows(page, ["under the old key", "reply 1"])
         old_token = await stored_token(page)
 
@@ -338,8 +331,7 @@ async def test_a_token_the_server_no_longer_accepts_starts_a_fresh_conversation(
         await expect(page.locator("#status")).to_have_text("online")
         assert fresh not in (stale, old_token)
 
-        await message.fill("after the rotation")
-        await message.press("Enter")
+        await send_from_page(page, "after the rotation")
         # The new conversation numbers its messages from 1 again; they must still be shown,
         # and the old conversation's bubbles, which the new token cannot read, are gone.
         await shows(page, ["invalid web chat token", "after the rotation", "reply 2"])
@@ -367,7 +359,5 @@ async def test_a_failed_session_start_is_retried(
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
         assert refused == ["POST"]
-        message = page.get_by_label("Message")
-        await message.fill("second time lucky")
-        await message.press("Enter")
+        await send_from_page(page, "second time lucky")
         await shows(page, ["second time lucky", "reply 1"])
