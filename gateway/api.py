@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import BaseModel
 
 from gateway.deps import AdminDep, ServicesDep
+from gateway.text import MAX_INT64
 from memory.store import ConversationView, StoredMessage
 
 router = APIRouter(prefix="/api/v1", tags=["operators"], dependencies=[AdminDep])
@@ -84,7 +85,7 @@ async def list_sessions(
     services: ServicesDep,
     user_id: uuid.UUID | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
 ) -> SessionList:
     views = await services.store.list_conversations(limit=limit, offset=offset, user_id=user_id)
     return SessionList(sessions=[SessionOut.of(v) for v in views], limit=limit, offset=offset)
@@ -94,7 +95,7 @@ async def list_sessions(
 async def session_messages(
     services: ServicesDep,
     session_id: uuid.UUID,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> MessagePage:
     if await services.store.get_conversation(session_id) is None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, status
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
-from gateway import api, health
+from gateway import api, docs, health
 from gateway.clock import Clock
-from gateway.errors import AuthError, InputError
+from gateway.headers import SecurityHeaders
+from gateway.http_errors import install_error_handlers
 from gateway.limits import BodyLimit
 from gateway.llm import LLMProvider
 from gateway.services import Services
@@ -31,26 +31,17 @@ def create_app(
         finally:
             await services.close()
 
-    app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.services = services
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_exception_handler(AuthError, _unauthorized)
-    app.add_exception_handler(InputError, _unprocessable)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout_seconds
+    )
+    app.add_middleware(SecurityHeaders)
+    install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(docs.router)
     app.include_router(api.router)
     for connector in services.connectors:
         if connector.router is not None:
             app.include_router(connector.router)
     return app
-
-
-async def _unauthorized(_: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse(
-        {"detail": str(exc)},
-        status.HTTP_401_UNAUTHORIZED,
-        headers={"WWW-Authenticate": "Bearer"},
-    )
-
-
-async def _unprocessable(_: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status.HTTP_422_UNPROCESSABLE_CONTENT)

@@ -34,6 +34,7 @@ def serve() -> None:
 
     from gateway.app import create_app
     from gateway.logs import configure_logging
+    from gateway.server import server_config
     from gateway.services import prepare_schema
     from memory.db import create_engine
 
@@ -55,14 +56,9 @@ def serve() -> None:
     except OSError as exc:
         _fail(f"cannot open the database: {exc}")
     typer.echo(f"Parley is listening on http://{settings.host}:{settings.port}", err=True)
-    uvicorn.run(
-        application,
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        proxy_headers=True,
-        ws="websockets-sansio",
-    )
+    uvicorn.Server(
+        server_config(application, settings, host=settings.host, port=settings.port)
+    ).run()
 
 
 @app.command()

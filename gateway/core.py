@@ -21,6 +21,7 @@ from gateway.hub import Hub
 from gateway.messages import ChatRef, Inbound, Outbound
 from gateway.policy import AccessPolicy
 from gateway.presence import ShowsTyping, typing_while
+from gateway.text import clean_inbound
 from gateway.turns import TurnRunner
 from memory.deliveries import Deliveries
 from memory.identities import Identities
@@ -87,7 +88,8 @@ class Core:
 
     async def receive(self, inbound: Inbound) -> Received:
         """Store a message and start its turn; `AccessRefused` (nothing stored) if the
-        channel's policy does not let the sender in."""
+        channel's policy does not let the sender in, `InputError` if it cannot be stored."""
+        inbound = clean_inbound(inbound)
         await self._policy.admit(inbound)
         ref = await self.identity(inbound.channel, inbound.external_user_id, inbound.display_name)
         conversation_id = ref.conversation_id

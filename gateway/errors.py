@@ -6,6 +6,7 @@ ParleyError
 ├── AuthError              a token or signature did not verify
 │   └── AccessRefused      the channel's access policy does not let this person in
 ├── InputError             a client sent something we will not store
+├── RateLimited            a client asked too often; it may try again after a while
 ├── LLMError               the model could not produce a reply
 │   └── LLMUnavailable     after retries: unreachable, timing out or failing
 └── DeliveryError          a platform refused or failed to take a reply
@@ -47,6 +48,13 @@ class AccessRefused(AuthError):
 
 class InputError(ParleyError):
     """Client input that is refused with a clear reason."""
+
+
+class RateLimited(ParleyError):
+    def __init__(self, detail: str, *, retry_after: float) -> None:
+        self.detail = detail
+        self.retry_after = retry_after
+        super().__init__(detail)
 
 
 class LLMError(ParleyError):

@@ -7,6 +7,7 @@ import secrets
 from pathlib import Path
 
 from gateway.settings import Settings
+from memory.files import FILE_MODE, private_dir, tighten
 
 KEY_FILE = "secret_key"
 
@@ -14,18 +15,18 @@ KEY_FILE = "secret_key"
 def signing_key(settings: Settings) -> bytes:
     if settings.secret_key is not None:
         return settings.secret_key.get_secret_value().encode()
-    path = settings.data_dir / KEY_FILE
+    path = private_dir(settings.data_dir) / KEY_FILE
     if path.exists():
+        tighten(path)  # say, restored from a backup with looser modes
         return path.read_bytes().strip()
     return _create(path)
 
 
 def _create(path: Path) -> bytes:
-    path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_urlsafe(48).encode()
     # O_EXCL: if two processes race, one writes and both read the same key.
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     except FileExistsError:
         return path.read_bytes().strip()
     with os.fdopen(fd, "wb") as handle:

@@ -28,6 +28,7 @@ from gateway.turns import TurnLimits, TurnRunner
 from memory.archive import Archive
 from memory.db import create_engine, session_factory
 from memory.deliveries import Deliveries
+from memory.files import private_dir, tighten
 from memory.identities import Identities
 from memory.profile import Profiles
 from memory.schema import current_revision, head_revision, migrate
@@ -137,6 +138,8 @@ class Services:
         )
 
     async def open(self) -> None:
+        # The data dir is Parley's own (database, key, transcripts): its owner's only.
+        tighten(private_dir(self.settings.data_dir))
         await prepare_schema(self.engine, migrate_embedded=self.settings.is_sqlite)
         await self.queue.start()
         for connector in self.connectors:

@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     public_url: str | None = None
+    # Proxies whose X-Forwarded-For is believed (the client address rate limits count by).
+    forwarded_allow_ips: str = "127.0.0.1,::1"
     admin_token: SecretStr | None = None
     # Signs web chat tokens. Unset: a random key is created once in the data dir.
     secret_key: SecretStr | None = None
@@ -70,6 +72,14 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     max_message_chars: int = Field(default=16_000, ge=1)
     reply_wait_seconds: float = Field(default=300.0, gt=0)
+    # A request's headers, and then its body, must arrive within this (slow clients
+    # would otherwise hold connections open for as long as they like).
+    read_timeout_seconds: float = Field(default=15.0, gt=0)
+    # Web chat abuse limits: new visitors per client address, messages per visitor
+    # (HTTP and WebSocket together), open sockets per visitor.
+    webchat_sessions_per_minute: int = Field(default=20, ge=1)
+    webchat_messages_per_minute: int = Field(default=30, ge=1)
+    webchat_sockets_per_visitor: int = Field(default=5, ge=1)
 
     llm_provider: LLMProviderName = LLMProviderName.OFFLINE
     llm_base_url: str | None = None

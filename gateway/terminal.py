@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -15,6 +14,7 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
 from gateway.errors import ParleyError
+from memory.files import private_dir, write_private
 
 Write = Callable[[str], None]
 
@@ -56,9 +56,10 @@ def _read_token(path: Path) -> str | None:
 
 
 def _save_token(path: Path, token: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(token, encoding="utf-8")
-    os.chmod(path, 0o600)
+    # Created 0600, never readable by others even briefly. The directory is only made
+    # private if we create it: `--token-file` may point into a home directory.
+    private_dir(path.parent)
+    write_private(path, token)
 
 
 async def run_chat(

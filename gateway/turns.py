@@ -23,6 +23,7 @@ from gateway.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.errors import LLMError
 from gateway.hub import DeltaEvent, Hub
 from gateway.llm import LLMProvider, Prompt
+from gateway.text import clean
 from memory.archive import ChunkView
 from memory.context import (
     clock_context,
@@ -276,8 +277,9 @@ class TurnRunner:
         pieces: list[str] = []
         async for piece in self._llm.stream(prompt):
             pieces.append(piece)
-            self._hub.publish(conversation_id, DeltaEvent(conversation_id, piece))
-        text = "".join(pieces).strip()
+            # A model server can send what no database stores (NUL, a lone surrogate).
+            self._hub.publish(conversation_id, DeltaEvent(conversation_id, clean(piece)))
+        text = clean("".join(pieces)).strip()
         if not text:
             raise LLMError("the model returned an empty reply")
         return text

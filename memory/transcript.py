@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from memory.files import private_dir, tighten, write_private
 from memory.models import Role
 from memory.provenance import escape_typed
 from memory.store import StoredMessage
@@ -43,8 +44,12 @@ def transcript_path(
 
 
 def write_transcript(path: Path, text: str) -> None:
-    """Write atomically: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
+    """Write atomically (a reader never sees half a file), for its owner's eyes only.
+
+    `path` is laid out by `transcript_path`: its parent is the conversation's directory
+    and the one above it the archive, both Parley's own, so both are tightened too.
+    """
+    private_dir(path.parent)
+    tighten(path.parent)
+    tighten(path.parent.parent)
+    write_private(path, text)

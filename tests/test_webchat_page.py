@@ -8,32 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, Route, WebSocketRoute, async_playwright, expect
+from playwright.async_api import Page, Route, WebSocketRoute, expect
 
 from connectors.webchat.tokens import VisitorTokens
 from tests.fakes.llm_server import FakeLLM, Reply
-from tests.support.databases import require_service
 from tests.support.harness import make_settings, running_gateway
 from tests.support.polling import eventually
+from tests.support.webpage import TIMEOUT_MS, open_chat, send_from_page
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+# The fixtures `chromium`, `browser` and `page`.
+pytest_plugins = ["tests.support.browser"]
+
 TOKEN_KEY = "parley.webchat.token"
-TIMEOUT_MS = 10_000
 
 pytestmark = [
     pytest.mark.browser,
@@ -52,43 +42,6 @@ new MutationObserver((records) => {
     if (n.classList && n.classList.contains("draft")) window.__drafts.push(n);
 }).observe(document, { childList: true, subtree: true });
 """
-
-
-@pytest.fixture
-def chromium() -> Path:
-    if not CHROMIUM.exists():
-        require_service(
-            "Chromium",
-            FileNotFoundError(f"{CHROMIUM} is missing; install it with `apt-get install chromium`"),
-        )
-    return CHROMIUM
-
-
-@pytest.fixture
-async def browser(chromium: Path) -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=str(chromium), args=CHROMIUM_ARGS, timeout=30_000
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Page]:
-    """A fresh profile (empty localStorage); fails the test on any uncaught page error."""
-    context = await browser.new_context()
-    context.set_default_timeout(TIMEOUT_MS)
-    opened = await context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    try:
-        yield opened
-    finally:
-        await context.close()
-    assert errors == [], f"uncaught errors in the page: {errors}"
 
 
 class Line:
@@ -116,18 +69,6 @@ class Line:
             page_side, server_side = self._open.pop()
             await server_side.close()
             await page_side.close(code=1011, reason="line cut")
-
-
-async def open_chat(page: Page, url: str) -> None:
-    await page.goto(url + "/")
-    await expect(page.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
-
-
-async def send_from_page(page: Page, text: str) -> None:
-    """What a person does: type into the box and press Enter."""
-    message = page.get_by_label("Message")
-    await message.fill(text)
-    await message.press("Enter")
 
 
 async def shows(page: Page, texts: list[str]) -> None:

@@ -9,7 +9,6 @@ MarkdownV2, which fails on unescaped model output), split at 4096 UTF-16 units.
 # No `from __future__ import annotations`: FastAPI must evaluate the route signatures.
 
 import hmac
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -33,10 +32,11 @@ from connectors.telegram.normalize import (
 from connectors.telegram.polling import Poller
 from gateway.core import Core
 from gateway.delivery import Pace
-from gateway.errors import AccessRefused, ConfigError, DeliveryError
+from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError
 from gateway.messages import ChatRef, Outbound
 from gateway.settings import Settings, TelegramMode
 from gateway.split import utf16_length
+from gateway.text import MalformedJSON, load_platform_json
 
 log = structlog.get_logger(__name__)
 
@@ -132,22 +132,28 @@ class TelegramConnector:
 
     def parse(self, body: bytes) -> Update:
         try:
-            data = json.loads(body)
-        except ValueError:
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, "body is not JSON") from None
+            data = load_platform_json(body)
+        except MalformedJSON as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
         if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "not a Telegram update")
         try:
             # PTB builds objects from whatever it is given and fails with whatever
             # Python raises on a wrong shape.
-            return Update.de_json(data, self.bot)
+            update = Update.de_json(data, self.bot)
         except (TypeError, KeyError, AttributeError, ValueError, OverflowError):
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "not a Telegram update") from None
+        return update
 
     async def handle(self, update: Update) -> None:
         """Hand an update's message to the core; returns once it is committed."""
         me = await self._bot_user() if is_group(update) else self._me
-        inbound = normalize(update, me)
+        try:
+            inbound = normalize(update, me)
+        except (TypeError, AttributeError, ValueError, KeyError, OverflowError) as exc:
+            # PTB builds objects from any JSON without checking types; what
+            # `normalize` cannot read is not an update we understand.
+            raise InputError(f"not a Telegram update ({type(exc).__name__})") from None
         if inbound is None:
             return
         try:
@@ -228,7 +234,10 @@ def _router(connector: TelegramConnector) -> APIRouter:
     ) -> Response:
         connector.verify_secret(secret)
         update = connector.parse(await request.body())
-        await connector.handle(update)
+        try:
+            await connector.handle(update)
+        except InputError as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
         return Response(status_code=status.HTTP_200_OK)
 
     return router

@@ -50,7 +50,8 @@ def message_key(chat_id: int, message_id: int) -> str:
 
 def is_group(update: Update) -> bool:
     message = update.message or update.edited_message
-    return message is not None and message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+    chat = None if message is None else message.chat
+    return chat is not None and chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
 
 
 def chat_id(update: Update) -> int | None:
@@ -65,6 +66,11 @@ def normalize(update: Update, me: BotUser | None) -> Inbound | None:
         return None
     edited = update.message is None
     user = message.from_user
+    # PTB takes whatever JSON it is given; ids that are not integers are no update.
+    if not all(isinstance(n, int) for n in (message.chat.id, message.message_id)):
+        raise ValueError("chat.id and message_id must be integers")
+    if user is not None and not isinstance(user.id, int):
+        raise ValueError("from.id must be an integer")
     # Channel posts and anonymous admins have no person behind them; Telegram never
     # shows bots each other's messages, but a forged one is ignored all the same.
     if user is None or user.is_bot or message.chat.type == ChatType.CHANNEL:

@@ -17,6 +17,7 @@ from telegram import Bot, Update
 from telegram.error import Conflict, RetryAfter, TelegramError
 
 from connectors.telegram.errors import retry_after_seconds
+from gateway.errors import InputError
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +59,11 @@ class Poller:
                     offset=offset, timeout=LONG_POLL_SECONDS, allowed_updates=self._allowed
                 )
                 for update in updates:
-                    await self._handle(update)
+                    try:
+                        await self._handle(update)
+                    except InputError as exc:
+                        # It will never read better: confirm it rather than stall here.
+                        log.warning("skipped an unreadable Telegram update", error=str(exc))
                     offset = update.update_id + 1
                 failures = 0
             except asyncio.CancelledError:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Response, WebSocket, status
+from fastapi import APIRouter, Depends, Header, Query, Request, Response, WebSocket, status
 from fastapi.responses import HTMLResponse
 
 from connectors.webchat.schema import ExchangeOut, HistoryOut, MessageOut, SendIn, SessionOut
@@ -16,13 +16,22 @@ from connectors.webchat.tokens import VisitorTokens
 from gateway.core import Core, Received
 from gateway.errors import AuthError, InputError
 from gateway.messages import Inbound, Outbound
+from gateway.ratelimit import RateLimit, Slots
 from gateway.secrets import signing_key
 from gateway.settings import Settings
+from gateway.text import MAX_INT64
 from memory.store import IdentityRef
 
 CHANNEL = "webchat"
 VISITOR_NAME = "Web visitor"
 PAGE = Path(__file__).with_name("page.html")
+PAGE_CSS = PAGE.with_name("page.css")
+PAGE_JS = PAGE.with_name("page.js")
+# Only the page's own files and its own socket (CSP3 'self' covers same-origin ws:).
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 
 def create(core: Core, settings: Settings) -> "WebchatConnector":
@@ -44,6 +53,10 @@ class WebchatConnector:
         self.core = core
         self.settings = settings
         self._tokens: VisitorTokens | None = None
+        self.new_sessions = RateLimit(settings.webchat_sessions_per_minute, "new sessions")
+        self.messages = RateLimit(settings.webchat_messages_per_minute, "messages")
+        # A client told to wait for a free socket slot tries again after this long.
+        self.sockets = Slots(settings.webchat_sockets_per_visitor, "open sockets", retry_after=10)
         self.router = _router(self)
 
     async def start(self) -> None:
@@ -72,6 +85,7 @@ class WebchatConnector:
         return Visitor(visitor_id, await self.core.identity(CHANNEL, visitor_id, VISITOR_NAME))
 
     async def submit(self, visitor_id: str, text: str, client_id: str | None) -> Received:
+        self.messages.take(visitor_id)
         if not text.strip():
             raise InputError("text must not be empty")
         limit = self.settings.max_message_chars
@@ -91,6 +105,8 @@ class WebchatConnector:
 def _router(connector: WebchatConnector) -> APIRouter:
     router = APIRouter(tags=["web chat"])
     page_html = PAGE.read_text(encoding="utf-8")
+    page_css = PAGE_CSS.read_text(encoding="utf-8")
+    page_js = PAGE_JS.read_text(encoding="utf-8")
 
     def bearer(authorization: Annotated[str | None, Header()] = None) -> str:
         """The visitor a token grants (checked by signature alone, no database)."""
@@ -108,10 +124,23 @@ def _router(connector: WebchatConnector) -> APIRouter:
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
-        return HTMLResponse(page_html)
+        return HTMLResponse(page_html, headers={"Content-Security-Policy": PAGE_CSP})
 
-    @router.post("/webchat/sessions", status_code=status.HTTP_201_CREATED)
-    async def new_session() -> SessionOut:
+    @router.get("/webchat/page.css", include_in_schema=False)
+    async def page_style() -> Response:
+        return Response(page_css, media_type="text/css")
+
+    @router.get("/webchat/page.js", include_in_schema=False)
+    async def page_script() -> Response:
+        return Response(page_js, media_type="text/javascript")
+
+    @router.post(
+        "/webchat/sessions",
+        status_code=status.HTTP_201_CREATED,
+        responses={429: {"description": "too many new sessions from this address"}},
+    )
+    async def new_session(request: Request) -> SessionOut:
+        connector.new_sessions.take(request.client.host if request.client else "")
         visitor, token = await connector.new_visitor()
         return SessionOut(token=token, conversation_id=visitor.identity.conversation_id)
 
@@ -132,7 +161,7 @@ def _router(connector: WebchatConnector) -> APIRouter:
     @router.get("/webchat/messages")
     async def history(
         visitor: CurrentVisitor,
-        after_seq: Annotated[int, Query(ge=0)] = 0,
+        after_seq: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
         limit: Annotated[int, Query(ge=1, le=500)] = 100,
     ) -> HistoryOut:
         messages = await connector.core.history(visitor.identity.conversation_id, after_seq, limit)

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
 
+from gateway.text import MAX_INT64, StorableText
 from memory.store import StoredMessage
 
 ClientId = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[\w.:-]+$")]
@@ -35,10 +36,14 @@ class SessionOut(BaseModel):
     conversation_id: uuid.UUID
 
 
-class SendIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# One rule for HTTP bodies and socket frames: no unknown fields, no coercion.
+_STRICT = ConfigDict(extra="forbid", strict=True)
 
-    text: str = Field(min_length=1)
+
+class SendIn(BaseModel):
+    model_config = _STRICT
+
+    text: StorableText = Field(min_length=1)
     client_id: ClientId | None = None
 
 
@@ -51,15 +56,15 @@ class HistoryOut(BaseModel):
     messages: list[MessageOut]
 
 
-class SendFrame(BaseModel):
+class SendFrame(SendIn):
     type: Literal["message"]
-    text: str
-    client_id: ClientId | None = None
 
 
 class ResumeFrame(BaseModel):
+    model_config = _STRICT
+
     type: Literal["resume"]
-    after_seq: int = Field(ge=0)
+    after_seq: int = Field(ge=0, le=MAX_INT64)
 
 
 ClientFrame: TypeAdapter[SendFrame | ResumeFrame] = TypeAdapter(

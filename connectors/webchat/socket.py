@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from connectors.webchat.schema import ClientFrame, MessageOut, ResumeFrame, SendFrame
-from gateway.errors import AuthError, InputError
+from connectors.webchat.schema import ClientFrame, MessageOut, ResumeFrame
+from gateway.errors import AccessRefused, AuthError, InputError, RateLimited
+from gateway.http_errors import validation_errors
 from gateway.hub import DeltaEvent, Event, MessageEvent, Overflow
 from memory.store import StoredMessage
 
@@ -24,7 +25,9 @@ if TYPE_CHECKING:
     from connectors.webchat.connector import Visitor, WebchatConnector
 
 CATCH_UP_PAGE = 200
+# Close codes: the 4000s mirror the HTTP status a request would have got.
 UNAUTHORIZED = 4401
+TOO_MANY = 4429
 
 
 class _Outbox:
@@ -40,6 +43,9 @@ class _Outbox:
     async def frame(self, payload: dict[str, Any]) -> None:
         async with self._lock:
             await self._ws.send_json(payload)
+
+    async def error(self, code: str, detail: str, **extra: Any) -> None:
+        await self.frame({"type": "error", "code": code, "detail": detail, **extra})
 
     async def resume(self, after_seq: int) -> None:
         async with self._lock:
@@ -88,12 +94,37 @@ async def serve_socket(websocket: WebSocket, connector: WebchatConnector, token:
         await websocket.send_json({"type": "error", "code": "unauthorized", "detail": str(exc)})
         await websocket.close(code=UNAUTHORIZED)
         return
+    try:
+        connector.sockets.acquire(visitor.id)
+    except RateLimited as exc:
+        await websocket.send_json(_limited(exc))
+        await websocket.close(code=TOO_MANY)
+        return
+    try:
+        await _converse(websocket, connector, visitor)
+    finally:
+        connector.sockets.release(visitor.id)
+
+
+async def _converse(websocket: WebSocket, connector: WebchatConnector, visitor: Visitor) -> None:
     outbox = _Outbox(websocket, connector, visitor)
+    max_bytes = connector.settings.max_body_bytes
     with connector.core.hub.subscribe(visitor.identity.conversation_id) as events:
         forward = asyncio.create_task(_forward(events, outbox))
         try:
             while True:
-                await _handle(await websocket.receive_text(), connector, visitor, outbox)
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                raw = message.get("text")
+                if raw is None:
+                    await outbox.error(
+                        "bad_frame", "binary frames are not supported: send JSON text"
+                    )
+                elif len(raw) > max_bytes and len(raw.encode("utf-8", "replace")) > max_bytes:
+                    await outbox.error("too_large", f"frame is larger than {max_bytes} bytes")
+                else:
+                    await _handle(raw, connector, visitor, outbox)
         except WebSocketDisconnect:
             pass
         finally:
@@ -109,32 +140,40 @@ async def _forward(events: asyncio.Queue[Event], outbox: _Outbox) -> None:
 
 async def _handle(raw: str, connector: WebchatConnector, visitor: Visitor, outbox: _Outbox) -> None:
     try:
-        frame = ClientFrame.validate_python(json.loads(raw))
-    except (ValueError, ValidationError) as exc:
-        await outbox.frame({"type": "error", "code": "bad_frame", "detail": _reason(exc)})
+        frame = ClientFrame.validate_json(raw)
+    except ValidationError as exc:
+        await outbox.error("bad_frame", _reason(exc))
         return
     if isinstance(frame, ResumeFrame):
         await outbox.resume(frame.after_seq)
         return
-    assert isinstance(frame, SendFrame)
+    client_id = frame.client_id
     try:
-        received = await connector.submit(visitor.id, frame.text, frame.client_id)
+        received = await connector.submit(visitor.id, frame.text, client_id)
+    except AccessRefused as refused:
+        # Nothing was stored: the answer (a pairing code, a refusal) is all there is.
+        await outbox.error("refused", refused.answer, client_id=client_id)
+    except RateLimited as exc:
+        await outbox.frame(_limited(exc) | {"client_id": client_id})
     except InputError as exc:
-        await outbox.frame(
-            {
-                "type": "error",
-                "code": "bad_message",
-                "detail": str(exc),
-                "client_id": frame.client_id,
-            }
-        )
-        return
-    await outbox.frame({"type": "ack", "client_id": frame.client_id, "seq": received.message.seq})
+        await outbox.error("bad_message", str(exc), client_id=client_id)
+    else:
+        await outbox.frame({"type": "ack", "client_id": client_id, "seq": received.message.seq})
 
 
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        return f"{where}: {first['msg']}" if where else first["msg"]
-    return "frame is not valid JSON"
+def _limited(exc: RateLimited) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "code": "rate_limited",
+        "detail": exc.detail,
+        "retry_after": math.ceil(exc.retry_after),
+    }
+
+
+def _reason(exc: ValidationError) -> str:
+    errors = validation_errors(exc.errors())
+    if not errors:
+        return "frame is not valid"
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]

@@ -28,7 +28,8 @@ class VisitorTokens:
         """The visitor id a token grants; `AuthError` if it was not signed by us."""
         prefix, _, rest = token.partition(".")
         visitor, _, signature = rest.partition(".")
-        if prefix != _PREFIX or not visitor or not signature:
+        # Tokens are ASCII; anything else is no token of ours (and could not be signed).
+        if prefix != _PREFIX or not visitor or not signature or not token.isascii():
             raise AuthError("malformed web chat token")
         if not hmac.compare_digest(signature, self._sign(visitor)):
             raise AuthError("invalid web chat token")

@@ -10,7 +10,6 @@ accepts approved templates only, so the reply is marked undeliverable with that 
 # No `from __future__ import annotations`: FastAPI must evaluate the route signatures.
 
 import hmac
-import json
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any
@@ -24,10 +23,11 @@ from connectors.whatsapp.graph import WINDOW_REASON, GraphClient
 from connectors.whatsapp.normalize import CHANNEL, Notification, parse
 from gateway.core import Core
 from gateway.delivery import Pace
-from gateway.errors import AccessRefused, DeliveryError, Undeliverable
+from gateway.errors import AccessRefused, DeliveryError, InputError, Undeliverable
 from gateway.messages import ChatRef, Inbound, Outbound
 from gateway.settings import Settings
 from gateway.split import utf16_length
+from gateway.text import MalformedJSON, load_platform_json
 
 log = structlog.get_logger(__name__)
 
@@ -85,9 +85,9 @@ class WhatsAppConnector:
         except signature.BadSignature as exc:
             raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from None
         try:
-            data = json.loads(body)
-        except ValueError:
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, "body is not JSON") from None
+            data = load_platform_json(body)
+        except MalformedJSON as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
         if not isinstance(data, dict):
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "body is not a JSON object")
         return parse(data, self._phone_number_id)
@@ -109,6 +109,10 @@ class WhatsAppConnector:
         except AccessRefused as refused:
             if inbound.expects_reply:
                 await self._notice(inbound.external_user_id, refused.answer)
+        except InputError as exc:
+            # One unstorable message (an id longer than any real one) must not make
+            # WhatsApp retry the rest of its batch for days.
+            log.warning("skipped a WhatsApp message Parley cannot store", error=str(exc))
 
     async def _notice(self, to: str, text: str) -> None:
         """A gateway answer that is not stored (a refusal, a pairing code)."""

@@ -30,6 +30,9 @@ def make_settings(database_url: str, data_dir: Path, llm: FakeLLM | None, **extr
         "admin_token": ADMIN_TOKEN,
         "secret_key": "test-secret-key-0123456789abcdef",
         "llm_retry_base_seconds": 0.01,
+        # Tests talk fast; the abuse limits have tests of their own.
+        "webchat_sessions_per_minute": 100_000,
+        "webchat_messages_per_minute": 100_000,
     }
     if llm is not None:
         values |= {
@@ -97,7 +100,7 @@ async def running_gateway(
 ) -> AsyncIterator[Gateway]:
     app = create_app(settings, clock=clock)
     async with (
-        serve(app, lifespan="on") as url,
+        serve(app, settings=settings) as url,
         httpx.AsyncClient(base_url=url, timeout=30) as http,
     ):
         yield Gateway(url, app, http)

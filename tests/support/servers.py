@@ -9,20 +9,31 @@ from typing import Any, Literal
 
 import uvicorn
 
+from gateway.server import server_config
+from gateway.settings import Settings
+
 START_DEADLINE_SECONDS = 10.0
 
 
 @contextlib.asynccontextmanager
-async def serve(app: Any, *, lifespan: Literal["on", "off"] = "off") -> AsyncIterator[str]:
-    """Serve `app` on 127.0.0.1 at a free port; yield its base URL (no trailing slash)."""
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        lifespan=lifespan,
-        log_level="warning",
-        ws="websockets-sansio",
-    )
+async def serve(
+    app: Any, *, lifespan: Literal["on", "off"] = "off", settings: Settings | None = None
+) -> AsyncIterator[str]:
+    """Serve `app` on 127.0.0.1 at a free port; yield its base URL (no trailing slash).
+
+    With `settings`, the server runs as `parley serve` runs it (timeouts, frame limits).
+    """
+    if settings is not None:
+        config = server_config(app, settings, host="127.0.0.1", port=0)
+    else:
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            lifespan=lifespan,
+            log_level="warning",
+            ws="websockets-sansio",
+        )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:

@@ -1,0 +1,276 @@
+"""Every bad input of the hostile-client review gets a clear 4xx (our APIs) or is cleaned
+and stored (signed platform input); none gets a 500 or drops a socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from tests.fakes import graph_api as wa
+from tests.fakes import telegram_api as tg
+from tests.fakes.llm_server import FakeLLM
+from tests.support.harness import Gateway, make_settings, next_frame, running_gateway
+from tests.support.platforms import ADMIN, platform_gateway
+
+NUL = "a\x00b"
+SURROGATE = "x\ud800y"
+TOO_BIG = 2**63
+
+
+def _json_bytes(value: Any) -> bytes:
+    # ASCII escapes, as platforms send them: a lone surrogate cannot be UTF-8.
+    return json.dumps(value).encode()
+
+
+async def _still_usable(websocket: ClientConnection) -> None:
+    await websocket.send(json.dumps({"type": "resume", "after_seq": 0}))
+    await websocket.send(json.dumps({"type": "message", "text": "still here", "client_id": "ok"}))
+    assert (await next_frame(websocket, "ack"))["client_id"] == "ok"
+
+
+async def _texts(gw: Gateway, token: str) -> list[str]:
+    return [m["text"] for m in await gw.history(token)]
+
+
+async def test_bad_text_numbers_and_tokens_get_422_or_401_and_store_nothing(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    bodies = [
+        _json_bytes({"text": NUL}),
+        _json_bytes({"text": SURROGATE}),
+        b'{"text": NaN}',
+        b'{"text": Infinity}',
+        b'{"text": "hi", "client_id": 1e999999}',
+        b'{"text": "hi", "client_id": 5}',
+        _json_bytes({"text": "hi", "\ud800": 1}),
+        b"[" * 100_000,
+    ]
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, conversation = await gw.visitor()
+        auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        answers = [
+            await gw.http.post("/webchat/messages", content=body, headers=auth) for body in bodies
+        ]
+        history = await gw.http.get(
+            "/webchat/messages", params={"after_seq": TOO_BIG}, headers=auth
+        )
+        pages = [
+            await gw.http.get("/api/v1/sessions", params={"offset": TOO_BIG}, headers=ADMIN),
+            await gw.http.get(
+                f"/api/v1/sessions/{conversation}/messages",
+                params={"after_seq": TOO_BIG},
+                headers=ADMIN,
+            ),
+        ]
+        non_ascii = await gw.http.post(
+            "/webchat/messages",
+            content=b'{"text": "hi"}',
+            headers=[
+                (b"authorization", b"Bearer wc1.x.\xe9"),
+                (b"content-type", b"application/json"),
+            ],
+        )
+        stored = await _texts(gw, token)
+
+    assert [a.status_code for a in answers[:-1]] == [422] * (len(bodies) - 1), [
+        a.text for a in answers
+    ]
+    assert 400 <= answers[-1].status_code < 500
+    assert "NUL" in answers[0].text
+    assert "unicode" in answers[1].text.lower()
+    assert history.status_code == 422
+    assert [p.status_code for p in pages] == [422, 422]
+    assert non_ascii.status_code == 401
+    assert stored == []
+    assert llm.requests == []
+
+
+async def test_the_socket_answers_every_bad_frame_and_stays_usable(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    frames: list[str | bytes] = [
+        b"\x00\x01binary",
+        "not json",
+        "[" * 3000,
+        json.dumps({"type": "message", "text": NUL}),
+        json.dumps({"type": "message", "text": SURROGATE}),
+        '{"type": "message", "text": NaN}',
+        json.dumps({"type": "resume", "after_seq": TOO_BIG}),
+        json.dumps({"type": "resume", "after_seq": "5"}),
+        json.dumps({"type": "message", "text": "hi", "extra": 1}),
+        json.dumps({"type": "message", "text": "x" * 5000}),
+    ]
+    settings = make_settings(database_url, tmp_path, llm, max_body_bytes=4096)
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        async with gw.socket(token) as websocket:
+            errors = []
+            for frame in frames:
+                await websocket.send(frame)
+                errors.append(await next_frame(websocket))
+            await _still_usable(websocket)
+        bad_token = gw.url.replace("http", "ws", 1) + "/webchat/ws?token=wc1.x.%C3%A9"
+        async with connect(bad_token) as websocket:
+            unauthorized = await next_frame(websocket)
+
+    assert [e["type"] for e in errors] == ["error"] * len(frames)
+    codes = [e["code"] for e in errors]
+    assert codes == ["bad_frame"] * 3 + ["bad_frame"] * 6 + ["too_large"], errors
+    assert "NUL" in errors[3]["detail"]
+    assert unauthorized["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("policy", ["pairing", "allowlist"])
+async def test_a_refusal_reaches_the_socket_as_an_error_frame(
+    database_url: str, tmp_path: Path, llm: FakeLLM, policy: str
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm, webchat_policy=policy)
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        async with gw.socket(token) as websocket:
+            await websocket.send(json.dumps({"type": "message", "text": "hi", "client_id": "c1"}))
+            refused = await next_frame(websocket)
+            await websocket.send(json.dumps({"type": "resume", "after_seq": 0}))
+            await websocket.send(json.dumps({"type": "message", "text": "again"}))
+            again = await next_frame(websocket, "error")
+        stored = await _texts(gw, token)
+
+    assert refused["type"] == "error"
+    assert refused["code"] == "refused"
+    assert refused["client_id"] == "c1"
+    expected = "pairing code" if policy == "pairing" else "not on its list"
+    assert expected in refused["detail"]
+    assert again["code"] == "refused"
+    assert stored == []
+    assert llm.requests == []
+
+
+async def test_signed_platform_input_with_bad_text_is_cleaned_stored_and_acknowledged(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with platform_gateway(database_url, tmp_path, llm) as p:
+        telegram = [
+            await p.telegram(_json_bytes(tg.text_update(11, NUL))),
+            await p.telegram(_json_bytes(tg.text_update(12, SURROGATE, first_name="\ud800A\x00"))),
+            await p.telegram(b'{"update_id": 99, "message": "\xff\xfe"}'),
+        ]
+        whatsapp = [
+            await p.whatsapp(_json_bytes(wa.message_notification("15550001", text=NUL))),
+            await p.whatsapp(
+                _json_bytes(wa.message_notification("1555\ud8000002", text="hello", name="\x00"))
+            ),
+            # Postgres refuses what is wider than the column: names are cut, ids never.
+            await p.whatsapp(wa.message_notification("15550003", text="long", name="N" * 300)),
+            await p.whatsapp(wa.message_notification("15550004", text="skip", wamid="w" * 300)),
+        ]
+        messages = await p.all_messages()
+
+    assert [r.status_code for r in telegram[:2] + whatsapp] == [200] * 6
+    assert 400 <= telegram[2].status_code < 500
+    users = sorted(
+        (m["channel"], m["text"], m["author_name"]) for m in messages if m["role"] == "user"
+    )
+    assert users == [
+        ("telegram", "ab", "Test User"),
+        ("telegram", "x\ufffdy", "\ufffdA User"),
+        ("whatsapp", "ab", "Kerry Fisher"),
+        ("whatsapp", "hello", ""),
+        ("whatsapp", "long", "N" * 200),
+    ]
+
+
+async def test_malformed_signed_webhooks_get_400_and_store_nothing(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    no_chat = tg.text_update(5, "hi")
+    del no_chat["message"]["chat"]
+    wrong_types = tg.text_update(5, "hi")
+    wrong_types["message"]["text"] = 5
+    async with platform_gateway(database_url, tmp_path, llm) as p:
+        telegram = [
+            await p.telegram(b"[" * 200_000),
+            await p.telegram(b'{"update_id": 1, "message": ' + b"[" * 100 + b"]" * 100 + b"}"),
+            await p.telegram(no_chat),
+            await p.telegram(wrong_types),
+            await p.telegram(b'{"update_id": NaN}'),
+        ]
+        whatsapp = [
+            await p.whatsapp(b"[" * 200_000),
+            await p.whatsapp(b'{"object": ' + b"[" * 100 + b"]" * 100 + b"}"),
+        ]
+        assert await p.sessions() == []
+
+    assert [r.status_code for r in telegram + whatsapp] == [400] * 7, [
+        r.text for r in telegram + whatsapp
+    ]
+
+
+async def test_limits_answer_429_with_retry_after(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    settings = make_settings(
+        database_url,
+        tmp_path,
+        llm,
+        webchat_sessions_per_minute=2,
+        webchat_messages_per_minute=2,
+        webchat_sockets_per_visitor=1,
+    )
+    async with running_gateway(settings) as gw:
+        sessions = [await gw.http.post("/webchat/sessions") for _ in range(3)]
+        token = sessions[0].json()["token"]
+        sends = [await gw.send(token, f"message {i}") for i in range(3)]
+        async with gw.socket(token) as first:
+            # Answered, so this socket holds its slot before the second one asks.
+            await first.send(json.dumps({"type": "message", "text": "over", "client_id": "c"}))
+            over = await next_frame(first, "error")
+            async with gw.socket(token) as second:
+                refused_socket = await next_frame(second)
+                await second.wait_closed()
+                closed = second.close_code
+        stored = await _texts(gw, token)
+
+    assert [s.status_code for s in sessions] == [201, 201, 429]
+    assert int(sessions[2].headers["Retry-After"]) >= 1
+    assert [s.status_code for s in sends] == [200, 200, 429]
+    assert int(sends[2].headers["Retry-After"]) >= 1
+    assert over["code"] == "rate_limited"
+    assert over["retry_after"] >= 1
+    assert refused_socket["code"] == "rate_limited"
+    assert closed == 4429
+    assert stored == ["message 0", "reply 1", "message 1", "reply 2"]
+
+
+async def test_slow_or_half_sent_requests_are_closed(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm, read_timeout_seconds=0.5)
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        async with gw.socket(token) as websocket:
+            headers_cut = await _raw(gw.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            body_cut = await _raw(
+                gw.url,
+                b"POST /webchat/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab",
+            )
+            await _still_usable(websocket)
+
+    assert headers_cut == b""
+    assert body_cut.startswith(b"HTTP/1.1 408")
+
+
+async def _raw(url: str, request: bytes) -> bytes:
+    """Send `request` and read until the server closes the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        async with asyncio.timeout(10):
+            return await reader.read()
+    finally:
+        writer.close()
