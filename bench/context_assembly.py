@@ -77,6 +77,7 @@ from memory.context import (
 )
 from memory.db import session_factory
 from memory.jobs import ROLLUP
+from memory.leases import Leases
 from memory.limits import MemoryLimits
 from memory.models import (
     Chunk,
@@ -526,6 +527,7 @@ def subject(
         provider=build_provider(settings),
         enqueue=job_queue.enqueue,
         clock=SystemClock(),
+        leases=Leases(sessions, SystemClock().now),
     )
     return Subject(label, seeded, engine, store, archive, profiles, memory, queue, jobs, job_queue)
 

@@ -23,6 +23,7 @@ from memory.jobs import (
     rollup_key,
     summarize_key,
 )
+from memory.leases import Leases
 from memory.limits import MemoryLimits
 from memory.profile import Profiles
 from memory.profile_jobs import TIDY, ProfileJobs, ProfileLimits
@@ -71,17 +72,29 @@ def profile_limits(settings: Settings) -> ProfileLimits:
 class MemoryJobs:
     """Every background job of the memory, by name: what a queue runs and sweeps."""
 
-    def __init__(self, archive: ArchiveJobs, profile: ProfileJobs) -> None:
+    def __init__(
+        self, archive: ArchiveJobs, profile: ProfileJobs, leases: Leases, lease: timedelta
+    ) -> None:
         self._archive = archive
         self._profile = profile
+        self._leases = leases
+        self._lease = lease
 
     async def run(self, job: str, arg: str) -> None:
-        if job == EXTRACT:
-            await self._profile.extract(int(arg))
-        elif job == TIDY:
-            await self._profile.tidy(uuid.UUID(arg))
-        else:
+        if job == SUMMARIZE:  # the chunk's own lease says who summarises it
             await self._archive.run(job, arg)
+            return
+        # A queue may hand out the same job twice (a retry of one whose worker died,
+        # the sweep); the lease lets one run and the others return at once.
+        async with self._leases.hold(f"job:{job}:{arg}", self._lease) as mine:
+            if not mine:
+                return
+            if job == EXTRACT:
+                await self._profile.extract(int(arg))
+            elif job == TIDY:
+                await self._profile.tidy(uuid.UUID(arg))
+            else:
+                await self._archive.run(job, arg)
 
     async def sweep(self) -> int:
         return await self._archive.sweep() + await self._profile.sweep()
@@ -96,6 +109,7 @@ def build_jobs(
     provider: LLMProvider,
     enqueue: Enqueue,
     clock: Clock,
+    leases: Leases,
 ) -> MemoryJobs:
     offline = settings.llm_provider is LLMProviderName.OFFLINE
     model = None if offline else ProviderTextModel(provider, settings.summary_model)
@@ -127,7 +141,9 @@ def build_jobs(
         now=clock.now,
         limits=profile_limits(settings),
     )
-    return MemoryJobs(archive_jobs, profile_jobs)
+    return MemoryJobs(
+        archive_jobs, profile_jobs, leases, timedelta(seconds=settings.job_lease_seconds)
+    )
 
 
 class ArchiveMemory:

@@ -64,14 +64,14 @@ def serve() -> None:
 @app.command()
 def worker() -> None:
     """Run archive jobs from Redis (PARLEY_REDIS_URL): an arq worker."""
-    from gateway.arq_queue import build_worker
+    from gateway.arq_queue import run_worker
     from gateway.logs import configure_logging
 
     settings = _settings()
     if not settings.redis_url:
         _fail("invalid setting PARLEY_REDIS_URL: `parley worker` needs Redis")
     configure_logging()
-    build_worker(settings).run()
+    run_worker(settings)
 
 
 @app.command()

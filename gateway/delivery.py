@@ -23,6 +23,7 @@ from gateway.clock import Clock
 from gateway.connector import Connector
 from gateway.errors import DeliveryError, Undeliverable
 from gateway.messages import Outbound
+from gateway.settings import UncertainParts
 from gateway.split import split_text
 from memory.deliveries import Deliveries
 from memory.models import Delivery
@@ -104,9 +105,11 @@ class DeliveryLoop:
         deliveries: Deliveries,
         clock: Clock,
         retry: RetryPolicy,
+        uncertain: UncertainParts = UncertainParts.RESEND,
         pacer: Pacer | None = None,
     ) -> None:
         self._deliveries = deliveries
+        self._uncertain = uncertain
         self._clock = clock
         self._retry = retry
         self._pacer = pacer or Pacer()
@@ -177,7 +180,10 @@ class DeliveryLoop:
             return  # delivered meanwhile, or deleted
         parts = split_text(outbound.text, sender.max_chars, sender.measure) or [outbound.text]
         failures = state.attempts
-        for index in range(state.parts_sent, len(parts)):
+        start = state.parts_sent
+        if state.uncertain_part is not None:
+            start += await self._settle_uncertain(outbound, state.uncertain_part)
+        for index in range(start, len(parts)):
             part = replace(outbound, text=parts[index], part=index, parts=len(parts))
             while True:
                 await self._pacer.wait(sender.pacing(part))
@@ -197,8 +203,26 @@ class DeliveryLoop:
                 await self._retry_later(sender, part, failure, failures)
         await self._deliveries.sent(outbound.message_id)
 
+    async def _settle_uncertain(self, outbound: Outbound, part: int) -> int:
+        """How many parts to skip for one the last process may or may not have sent."""
+        skip = self._uncertain is UncertainParts.SKIP
+        log.warning(
+            "a reply part may or may not have been sent before a restart",
+            message_id=outbound.message_id,
+            part=part,
+            policy=self._uncertain.value,
+        )
+        await self._deliveries.uncertain(outbound.message_id, part, skip=skip)
+        return 1 if skip else 0
+
     async def _send_part(self, sender: PartSender, part: Outbound) -> DeliveryError | None:
-        """Send one part and record that the platform took it; else why it did not."""
+        """Send one part and record that the platform took it; else why it did not.
+
+        The only moment a crash leaves a part in doubt is between the platform taking it
+        and `part_sent` committing: nothing else happens in between. A part marked as
+        being sent and never settled is found at the next start (`_settle_uncertain`).
+        """
+        await self._deliveries.sending(part.message_id, part.part)
         try:
             platform_id = await sender.send(part)
         except DeliveryError as exc:

@@ -34,7 +34,8 @@ def validation_errors(errors: Any) -> list[dict[str, Any]]:
     return [
         {
             "loc": [clean(part) if isinstance(part, str) else part for part in error["loc"]],
-            "msg": clean(str(error["msg"])),
+            # Our validators' reasons read better without pydantic's prefix.
+            "msg": clean(str(error["msg"]).removeprefix("Value error, ")),
             "type": error["type"],
         }
         for error in errors

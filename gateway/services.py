@@ -30,6 +30,7 @@ from memory.db import create_engine, session_factory
 from memory.deliveries import Deliveries
 from memory.files import private_dir, tighten
 from memory.identities import Identities
+from memory.leases import Leases
 from memory.profile import Profiles
 from memory.schema import current_revision, head_revision, migrate
 from memory.store import Store
@@ -78,6 +79,7 @@ class Services:
                 settings.delivery_retry_base_seconds,
                 settings.delivery_retry_max_seconds,
             ),
+            uncertain=settings.delivery_uncertain,
         )
         core = Core(
             store=store,
@@ -100,6 +102,7 @@ class Services:
             provider=llm,
             enqueue=queue.enqueue,
             clock=clock,
+            leases=Leases(sessions, clock.now),
         )
         if isinstance(queue, EmbeddedQueue):
             queue.serve(jobs.run, jobs.sweep)
@@ -116,7 +119,7 @@ class Services:
             presence=core.working,
         )
         Linking(identities=identities, runner=runner, clock=clock).register(commands)
-        register_status(commands, archive)
+        register_status(commands, archive, deliveries)
         register_profile_commands(commands, store, profiles, clock)
         connectors = enabled_connectors(core, settings)
         core.attach(runner, {connector.channel: connector for connector in connectors})
@@ -169,7 +172,7 @@ def _job_queue(settings: Settings) -> JobQueue:
     if settings.redis_url:
         from gateway.arq_queue import ArqQueue  # arq only when Redis is configured
 
-        return ArqQueue(settings.redis_url)
+        return ArqQueue(settings.redis_url, key_epoch=settings.job_lease_seconds)
     return EmbeddedQueue(
         concurrency=settings.embedded_job_concurrency, sweep_every=settings.sweep_interval_seconds
     )

@@ -33,6 +33,13 @@ class Policy(StrEnum):
     PAIRING = "pairing"
 
 
+class UncertainParts(StrEnum):
+    """What to do with a reply part whose send was cut short by a crash."""
+
+    RESEND = "resend"  # at least once: the person may see it twice
+    SKIP = "skip"  # at most once: the person may miss it
+
+
 class TelegramMode(StrEnum):
     WEBHOOK = "webhook"
     POLLING = "polling"
@@ -145,6 +152,7 @@ class Settings(BaseSettings):
     delivery_max_attempts: int = Field(default=8, ge=1, le=100)
     delivery_retry_base_seconds: float = Field(default=2.0, ge=0)
     delivery_retry_max_seconds: float = Field(default=300.0, gt=0)
+    delivery_uncertain: UncertainParts = UncertainParts.RESEND
 
     @field_validator("telegram_webhook_secret")
     @classmethod

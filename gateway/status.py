@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from gateway.commands import Commands, Invocation
 from memory.archive import Archive, ArchiveStatus
+from memory.deliveries import Deliveries
 from memory.models import ChunkStatus
 
 LEVEL_NAMES = {0: "chunks", 1: "consolidated chunks"}
 
 
-def register_status(commands: Commands, archive: Archive) -> None:
+def register_status(commands: Commands, archive: Archive, deliveries: Deliveries) -> None:
     async def status(invocation: Invocation) -> str:
-        return describe(await archive.status(invocation.conversation_id))
+        conversation = invocation.conversation_id
+        lines = describe(await archive.status(conversation))
+        uncertain = await deliveries.uncertain_parts(conversation)
+        if uncertain:
+            lines += (
+                f"\nReply parts in doubt after a restart: {uncertain} "
+                "(the gateway stopped while sending them)."
+            )
+        return lines
 
     commands.register("status", status)
 

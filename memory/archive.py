@@ -15,6 +15,7 @@ worker's lease simply runs out.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -261,22 +262,20 @@ class Archive(ArchiveReads):
             size = self.limits.rollup_batch
         created = []
         async with self._sessions() as session:
-            candidates = list(
-                await session.scalars(
-                    select(Chunk)
-                    .options(defer(Chunk.transcript))
-                    .where(
-                        Chunk.conversation_id == conversation_id,
-                        Chunk.level == level,
-                        Chunk.status == ChunkStatus.READY,
-                        Chunk.parent_id.is_(None),
-                        # A level-0 chunk rolls up only once its messages left the live
-                        # window; else its parent could show beside them.
-                        or_(Chunk.level > 0, Chunk.in_timeline.is_(True)),
-                    )
-                    .order_by(Chunk.seq_start)
+            roots = await session.scalars(
+                select(Chunk)
+                .options(defer(Chunk.transcript), defer(Chunk.summary))
+                .where(
+                    Chunk.conversation_id == conversation_id,
+                    Chunk.level == level,
+                    Chunk.parent_id.is_(None),
                 )
+                .order_by(Chunk.seq_start)
             )
+            # Only the oldest run of rollable chunks: a parent must cover consecutive
+            # children, so a chunk still waiting for its summary holds back the ones
+            # after it rather than being skipped (its parent would overlap theirs).
+            candidates = list(itertools.takewhile(_rollable, roots))
             while len(candidates) >= threshold:
                 group, candidates = candidates[:size], candidates[size:]
                 parent = Chunk(
@@ -471,6 +470,12 @@ class Archive(ArchiveReads):
         )
         async with self._sessions() as session:
             return list(set(await session.scalars(query)))
+
+
+def _rollable(chunk: Chunk) -> bool:
+    # A level-0 chunk rolls up only once its messages left the live window; else its
+    # parent could show beside them.
+    return chunk.status == ChunkStatus.READY and (chunk.level > 0 or chunk.in_timeline)
 
 
 __all__ = ["Archive", "ArchiveStatus", "ChunkView", "Claim", "NewChunk", "plan_cut"]

@@ -8,10 +8,11 @@ reply through the platform id of the part they are about.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -27,6 +28,9 @@ class DeliveryState:
     delivery: Delivery | None
     parts_sent: int
     attempts: int
+    # A part whose send call was in flight when the process stopped: the platform may
+    # or may not have taken it.
+    uncertain_part: int | None = None
 
 
 class Deliveries:
@@ -35,14 +39,53 @@ class Deliveries:
 
     async def state(self, message_id: int) -> DeliveryState | None:
         query = select(
-            Message.delivery, Message.delivery_parts_sent, Message.delivery_attempts
+            Message.delivery,
+            Message.delivery_parts_sent,
+            Message.delivery_attempts,
+            Message.delivery_sending_part,
         ).where(Message.id == message_id)
         async with self._sessions() as session:
             row = (await session.execute(query)).one_or_none()
         if row is None:
             return None
         delivery = Delivery(row.delivery) if row.delivery else None
-        return DeliveryState(message_id, delivery, row.delivery_parts_sent, row.delivery_attempts)
+        sending = row.delivery_sending_part
+        return DeliveryState(
+            message_id,
+            delivery,
+            row.delivery_parts_sent,
+            row.delivery_attempts,
+            uncertain_part=sending if sending == row.delivery_parts_sent else None,
+        )
+
+    async def sending(self, message_id: int, part: int) -> None:
+        """A send call for `part` is about to go out (cleared once its answer is in)."""
+        await self._update(message_id, delivery_sending_part=part)
+
+    async def uncertain(self, message_id: int, part: int, *, skip: bool) -> None:
+        """Count `part` as uncertain; with `skip`, treat it as sent and go on after it."""
+        values: dict[str, object] = {
+            "delivery_sending_part": None,
+            "delivery_uncertain": Message.delivery_uncertain + 1,
+        }
+        if skip:
+            values["delivery_parts_sent"] = part + 1
+        await self._update(message_id, **values)
+
+    async def uncertain_parts(self, conversation_id: uuid.UUID) -> int:
+        async with self._sessions() as session:
+            total = await session.scalar(
+                select(func.coalesce(func.sum(Message.delivery_uncertain), 0)).where(
+                    Message.conversation_id == conversation_id,
+                    Message.delivery_uncertain > 0,
+                )
+            )
+        return int(total or 0)
+
+    async def _update(self, message_id: int, **values: object) -> None:
+        async with self._sessions() as session:
+            await session.execute(update(Message).where(Message.id == message_id).values(values))
+            await session.commit()
 
     async def part_sent(
         self, message_id: int, part: int, channel: str, platform_id: str | None, *, now: datetime
@@ -59,19 +102,14 @@ class Deliveries:
                         updated_at=now,
                     )
                 )
-            await session.execute(
-                update(Message).where(Message.id == message_id).values(delivery_parts_sent=part + 1)
-            )
+            done = {"delivery_parts_sent": part + 1, "delivery_sending_part": None}
+            await session.execute(update(Message).where(Message.id == message_id).values(done))
             try:
                 await session.commit()
             except IntegrityError:
                 # The part was recorded before (a resend after a crash): count it only.
                 await session.rollback()
-                await session.execute(
-                    update(Message)
-                    .where(Message.id == message_id)
-                    .values(delivery_parts_sent=part + 1)
-                )
+                await session.execute(update(Message).where(Message.id == message_id).values(done))
                 await session.commit()
 
     async def sent(self, message_id: int) -> None:
@@ -91,12 +129,12 @@ class Deliveries:
         values: dict[str, object] = {
             "delivery_error": error,
             "delivery_attempts": Message.delivery_attempts + 1,
+            # The platform answered: the part is known not to be sent.
+            "delivery_sending_part": None,
         }
         if final:
             values["delivery"] = Delivery.FAILED
-        async with self._sessions() as session:
-            await session.execute(update(Message).where(Message.id == message_id).values(values))
-            await session.commit()
+        await self._update(message_id, **values)
 
     async def receipt(
         self,

@@ -218,6 +218,11 @@ class Message(Base):
     delivery_error: Mapped[str | None] = mapped_column(Text)
     # How many parts of a split reply the platform took: a retry resumes after them.
     delivery_parts_sent: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The part whose send call is in flight, set just before it; cleared when the
+    # platform's answer is recorded. Still set at a restart: that part is uncertain.
+    delivery_sending_part: Mapped[int | None] = mapped_column(Integer)
+    # Parts found uncertain at a restart (resent or skipped, by PARLEY_DELIVERY_UNCERTAIN).
+    delivery_uncertain: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 # -- access policy, identity linking and delivery receipts (connectors) ---------------
@@ -307,3 +312,17 @@ class RetiredFact(Base):
     reason: Mapped[str] = mapped_column(String(32))
     profile_revision: Mapped[int] = mapped_column(Integer)
     retired_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# -- leases: which process does a piece of work, decided by the database ---------------
+
+
+class Lease(Base):
+    """A named piece of work held by one process until `expires_at` (renewed while it
+    works). A holder that dies lets its lease lapse, and another takes over."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -154,6 +154,17 @@ class Profiles:
         transaction, mark the chunk they came from as done."""
         async with self._sessions() as session:
             row = await _locked(session, user_id, now)
+            if chunk_id is not None:
+                first = await session.execute(
+                    update(Chunk)
+                    .where(Chunk.id == chunk_id, Chunk.facts_extracted.is_(False))
+                    .values(facts_extracted=True)
+                )
+                if first.rowcount == 0:  # type: ignore[attr-defined]
+                    # Another run of this extraction got here first: its facts stand.
+                    unchanged = _view(user_id, row)
+                    await session.rollback()
+                    return unchanged
             lines = _lines(row.text)
             known = {line.casefold() for line in lines}
             for fact in facts:
@@ -163,10 +174,6 @@ class Profiles:
                     known.add(line.casefold())
             if len(lines) != len(_lines(row.text)):
                 row.text, row.revision, row.updated_at = "\n".join(lines), row.revision + 1, now
-            if chunk_id is not None:
-                await session.execute(
-                    update(Chunk).where(Chunk.id == chunk_id).values(facts_extracted=True)
-                )
             await session.commit()
             return _view(user_id, row)
 

@@ -8,9 +8,12 @@ import random
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 from gateway.delivery import Pace, Pacer, RetryPolicy
 from gateway.split import split_text, utf16_length
+from memory.db import create_engine
+from memory.models import Message
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.graph_api import GraphFail
@@ -194,3 +197,42 @@ async def test_a_reply_cut_short_by_a_shutdown_is_finished_after_restart_without
     assert _words(" ".join(parts)) == _words(text)
     assert len(llm.requests) == 1  # the turn was not run again either
     assert len(after) == 2
+
+
+@pytest.mark.parametrize(("policy", "sent"), [("resend", [0, 1, 2]), ("skip", [0, 2])])
+async def test_a_part_in_flight_at_a_crash_is_resent_or_skipped_by_policy_and_counted(
+    database_url: str, tmp_path: Path, llm: FakeLLM, policy: str, sent: list[int]
+) -> None:
+    text = _long_reply(seed=4)
+    parts = split_text(text, 4096, utf16_length)
+    assert len(parts) == 3
+    llm.script(Reply(text))
+    async with tg.fake_telegram() as fake:
+        fake.fail("sendMessage", None, *[TgFail(502, "Bad Gateway")] * 1000)
+        async with platform_gateway(
+            database_url, tmp_path, llm, tg=fake, delivery_max_attempts=100
+        ) as p:
+            await p.telegram(tg.text_update(CHAT, "a long story, please"))
+            await fake.wait_until(lambda f: len(f.calls_of("sendMessage")) >= 3)
+            reply = (await p.all_messages())[-1]
+        # What a SIGKILL during the send of part 1 leaves behind: part 0 recorded, part 1
+        # marked as in flight and never settled.
+        engine = create_engine(database_url)
+        async with engine.begin() as connection:
+            await connection.execute(
+                update(Message)
+                .where(Message.seq == reply["seq"], Message.delivery_parts_sent == 1)
+                .values(delivery_sending_part=1)
+            )
+        await engine.dispose()
+        fake.clear_failures()
+        async with platform_gateway(
+            database_url, tmp_path, llm, tg=fake, delivery_uncertain=policy
+        ) as p:
+            await eventually(p.all_messages, until=lambda ms: ms[-1]["delivery"] == "sent")
+            await p.telegram(tg.text_update(CHAT, "/status"))
+            await fake.wait_until(lambda f: "in doubt" in f.texts(CHAT)[-1])
+
+    *delivered, status = fake.texts(CHAT)
+    assert delivered == [parts[i] for i in sent]
+    assert "Reply parts in doubt after a restart: 1" in status
