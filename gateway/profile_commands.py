@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.clock import Clock
 from gateway.commands import Commands, Invocation
-from memory.profile import Profiles
+from memory.profile import Profiles, Sources
 from memory.store import Store
 
 
@@ -18,7 +18,16 @@ def register_profile_commands(
         profile = await profiles.get(owner)
         if not profile.lines:
             return "I have not noted anything lasting about you yet."
-        return "What I keep in mind about you:\n" + profile.numbered()
+        if invocation.args.strip().lower() not in ("sources", "evidence"):
+            return (
+                "What I keep in mind about you:\n"
+                + profile.numbered()
+                + "\n\n(`/profile sources` shows where each line came from.)"
+            )
+        return "What I keep in mind about you, and where you told me:\n" + "\n".join(
+            f"{n}. {fact.text}\n   — {_where(fact.sources)}"
+            for n, fact in enumerate(profile.facts, 1)
+        )
 
     async def forget(invocation: Invocation) -> str:
         owner = await store.personal_owner(invocation.conversation_id)
@@ -38,3 +47,9 @@ def register_profile_commands(
 
     commands.register("profile", show)
     commands.register("forget", forget)
+
+
+def _where(sources: Sources) -> str:
+    if not sources:
+        return "source unknown (noted before sources were kept)"
+    return "; ".join(evidence.describe() for evidence in sources)

@@ -119,7 +119,7 @@ class Services:
             presence=core.working,
         )
         Linking(identities=identities, runner=runner, clock=clock).register(commands)
-        register_status(commands, archive, deliveries)
+        register_status(commands, archive, deliveries, profiles)
         register_profile_commands(commands, store, profiles, clock)
         connectors = enabled_connectors(core, settings)
         core.attach(runner, {connector.channel: connector for connector in connectors})

@@ -6,21 +6,30 @@ from gateway.commands import Commands, Invocation
 from memory.archive import Archive, ArchiveStatus
 from memory.deliveries import Deliveries
 from memory.models import ChunkStatus
+from memory.profile import Profiles
 
 LEVEL_NAMES = {0: "chunks", 1: "consolidated chunks"}
 
 
-def register_status(commands: Commands, archive: Archive, deliveries: Deliveries) -> None:
+def register_status(
+    commands: Commands, archive: Archive, deliveries: Deliveries, profiles: Profiles
+) -> None:
     async def status(invocation: Invocation) -> str:
         conversation = invocation.conversation_id
-        lines = describe(await archive.status(conversation))
+        lines = [describe(await archive.status(conversation))]
         uncertain = await deliveries.uncertain_parts(conversation)
         if uncertain:
-            lines += (
-                f"\nReply parts in doubt after a restart: {uncertain} "
+            lines.append(
+                f"Reply parts in doubt after a restart: {uncertain} "
                 "(the gateway stopped while sending them)."
             )
-        return lines
+        refused = await profiles.refused_in(conversation)
+        if refused:
+            lines.append(
+                f"Profile facts refused: {refused} (the model offered them without a "
+                "message you typed to show for them)."
+            )
+        return "\n".join(lines)
 
     commands.register("status", status)
 

@@ -109,6 +109,8 @@ def clean_inbound(inbound: Inbound) -> Inbound:
         text=_text(inbound.text, "text"),
         display_name=_text(inbound.display_name, "display_name")[:NAME_CHARS],
         group_title=_text(inbound.group_title, "group_title")[:NAME_CHARS],
+        # Connectors build labels from platform names too ("forwarded from …").
+        source=None if inbound.source is None else _text(inbound.source, "source")[:NAME_CHARS],
         external_user_id=_id(inbound.external_user_id, "external_user_id", ID_CHARS),
         group_id=_id(inbound.group_id, "group_id", ID_CHARS),
         platform_message_id=_id(

@@ -36,6 +36,7 @@ from memory.archive_reads import (
 )
 from memory.limits import MemoryLimits
 from memory.models import Chunk, ChunkStatus, Conversation, Message, Role, User
+from memory.provenance import dialogue
 from memory.store import MESSAGE_COLUMNS, StoredMessage, message_view
 from memory.transcript import render_transcript
 
@@ -334,17 +335,32 @@ class Archive(ArchiveReads):
                 .join(Conversation, Conversation.user_id == User.id)
                 .where(Conversation.id == row.conversation_id)
             )
-            content = row.transcript or await self._children_content(session, row)
-        return Claim(chunk_view(row), content, timezone or "UTC")
+            timezone = timezone or "UTC"
+            if row.level <= 1:
+                content = await self._dialogue(session, row, timezone)
+            else:
+                content = await self._children_summaries(session, row)
+        return Claim(chunk_view(row), content, timezone)
 
-    async def _children_content(self, session: AsyncSession, parent: Chunk) -> str:
-        """What a parent is written from: level 1 from its children's whole
-        transcripts, higher levels from their children's summaries."""
+    async def _dialogue(self, session: AsyncSession, chunk: Chunk, timezone: str) -> str:
+        """What levels 0 and 1 are written from: the whole text of their messages, as in
+        the transcript, but without chat commands and the gateway's answers (the stored
+        transcript keeps those: it is the verbatim record, not model input)."""
+        rows = await session.execute(
+            select(*MESSAGE_COLUMNS)
+            .where(
+                Message.conversation_id == chunk.conversation_id,
+                Message.seq.between(chunk.seq_start, chunk.seq_end),
+            )
+            .order_by(Message.seq)
+        )
+        return render_transcript(dialogue([message_view(r) for r in rows]), timezone)
+
+    async def _children_summaries(self, session: AsyncSession, parent: Chunk) -> str:
+        """What levels 2 and up are written from: their children's summaries."""
         children = await session.scalars(
             select(Chunk).where(Chunk.parent_id == parent.id).order_by(Chunk.seq_start)
         )
-        if parent.level == 1:
-            return "\n".join(child.transcript or "" for child in children)
         return "\n\n".join(
             f"[{child.time_start:%Y-%m-%d} – {child.time_end:%Y-%m-%d}]\n{child.summary or ''}"
             for child in children

@@ -14,7 +14,7 @@ from typing import Literal
 
 from memory.archive import ChunkView
 from memory.models import Role
-from memory.provenance import COMMAND_SOURCE, from_gateway, label
+from memory.provenance import dialogue, label
 from memory.store import StoredMessage
 from memory.tokens import TokenCounter, estimate_tokens, message_tokens
 from memory.zones import zone
@@ -115,11 +115,7 @@ def render_live(
     tz = zone(timezone)
     turns: list[ChatTurn] = []
     previous: datetime | None = None
-    # Commands and the gateway's answers to them are not dialogue either.
-    commands = {m.reply_to_seq for m in messages if m.source == COMMAND_SOURCE}
-    for message in messages:
-        if from_gateway(message.source) or message.seq in commands:
-            continue
+    for message in dialogue(messages):
         sent = message.sent_at
         show_time = previous is None or sent - previous > SHOW_TIME_AFTER
         previous = sent

@@ -297,6 +297,11 @@ class Profile(Base):
     tidy_failures: Mapped[int] = mapped_column(Integer, default=0)
     tidy_not_before: Mapped[datetime | None] = mapped_column(UTCDateTime)
     tidy_after_chars: Mapped[int] = mapped_column(Integer, default=0)
+    # JSON, one list per line of `text`: the typed messages each fact came from
+    # (memory.profile.Evidence). Null, or a line past its end: evidence unknown.
+    evidence: Mapped[str | None] = mapped_column(Text)
+    # Facts extraction offered without a typed message to cite: refused, and counted.
+    facts_refused: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class RetiredFact(Base):
@@ -312,6 +317,8 @@ class RetiredFact(Base):
     reason: Mapped[str] = mapped_column(String(32))
     profile_revision: Mapped[int] = mapped_column(Integer)
     retired_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The retired line's evidence, as in `Profile.evidence` (null: unknown).
+    evidence: Mapped[str | None] = mapped_column(Text)
 
 
 # -- leases: which process does a piece of work, decided by the database ---------------

@@ -8,10 +8,12 @@ copied, word for word, to the append-only retired facts.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -54,14 +56,54 @@ Edit = Remove | Shorten | Replace
 
 
 @dataclass(frozen=True, slots=True)
+class Evidence:
+    """Typed messages a fact was taken from: their seqs in the chunk's conversation."""
+
+    chunk_id: int
+    seqs: tuple[int, ...]
+    # When the newest of them was sent.
+    at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chunk": self.chunk_id, "seqs": list(self.seqs), "at": self.at.isoformat()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Evidence:
+        return cls(int(data["chunk"]), tuple(data["seqs"]), datetime.fromisoformat(data["at"]))
+
+    def describe(self) -> str:
+        seqs = ", ".join(str(seq) for seq in self.seqs)
+        return f"message {seqs} of {self.at:%Y-%m-%d} (archive chunk {self.chunk_id})"
+
+
+# Where a line came from; empty for lines older than evidence ("unknown").
+Sources = tuple[Evidence, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    text: str
+    sources: Sources = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ProfileView:
     user_id: uuid.UUID
     lines: tuple[str, ...]
     revision: int
+    # Aligned with `lines`.
+    sources: tuple[Sources, ...] = ()
+    # Facts an extraction offered without a typed message to show for them.
+    refused: int = 0
 
     @property
     def chars(self) -> int:
         return sum(len(line) + 1 for line in self.lines)
+
+    @property
+    def facts(self) -> list[Fact]:
+        sources = self.sources or ((),) * len(self.lines)
+        return [Fact(line, src) for line, src in zip(self.lines, sources, strict=True)]
 
     def numbered(self) -> str:
         return "\n".join(f"{n}. {line}" for n, line in enumerate(self.lines, 1))
@@ -72,6 +114,7 @@ class RetiredView:
     text: str
     reason: str
     retired_at: datetime
+    sources: Sources = ()
 
 
 def clean_fact(text: str) -> str | None:
@@ -83,12 +126,14 @@ def clean_fact(text: str) -> str | None:
 
 
 def apply_edits(
-    lines: Sequence[str], edits: Sequence[Edit]
-) -> tuple[list[str], list[tuple[str, str]]]:
+    facts: Sequence[Fact], edits: Sequence[Edit]
+) -> tuple[list[Fact], list[tuple[Fact, str]]]:
     """The new lines and the (line, reason) pairs retired, or `EditError`.
 
-    Untouched lines come through as the very same strings.
+    Untouched lines come through as the very same facts, evidence and all; a shortened
+    line keeps its evidence, a line that replaces several carries all of theirs.
     """
+    lines = [fact.text for fact in facts]
     touched: dict[int, Edit] = {}
     for edit in edits:
         numbers = (edit.line,) if isinstance(edit, Shorten) else edit.lines
@@ -107,21 +152,22 @@ def apply_edits(
             before = sum(len(lines[n - 1]) for n in numbers)
             if len(text) >= before:
                 raise EditError(f"the new text for line(s) {list(numbers)} is not shorter")
-    kept: list[str] = []
-    retired: list[tuple[str, str]] = []
-    for number, line in enumerate(lines, 1):
+    kept: list[Fact] = []
+    retired: list[tuple[Fact, str]] = []
+    for number, fact in enumerate(facts, 1):
         change = touched.get(number)
         if change is None:
-            kept.append(line)
+            kept.append(fact)
         elif isinstance(change, Remove):
-            retired.append((line, "removed"))
+            retired.append((fact, "removed"))
         elif isinstance(change, Shorten):
-            retired.append((line, "shortened"))
-            kept.append(change.text)
+            retired.append((fact, "shortened"))
+            kept.append(Fact(change.text, fact.sources))
         else:
-            retired.append((line, "replaced"))
+            retired.append((fact, "replaced"))
             if number == min(change.lines):
-                kept.append(change.text)
+                merged = (e for n in sorted(change.lines) for e in facts[n - 1].sources)
+                kept.append(Fact(change.text, tuple(dict.fromkeys(merged))))
     return kept, retired
 
 
@@ -147,11 +193,31 @@ class Profiles:
             )
         return tuple(_lines(text or ""))
 
+    async def refused_in(self, conversation_id: uuid.UUID) -> int:
+        """Facts refused for want of evidence, for a personal conversation's owner."""
+        async with self._sessions() as session:
+            refused = await session.scalar(
+                select(Profile.facts_refused)
+                .join(Conversation, Conversation.user_id == Profile.user_id)
+                .where(
+                    Conversation.id == conversation_id,
+                    Conversation.kind == ConversationKind.PERSONAL,
+                )
+            )
+        return int(refused or 0)
+
     async def append(
-        self, user_id: uuid.UUID, facts: Sequence[str], now: datetime, *, chunk_id: int | None
+        self,
+        user_id: uuid.UUID,
+        facts: Sequence[Fact],
+        now: datetime,
+        *,
+        chunk_id: int | None,
+        refused: int = 0,
     ) -> ProfileView:
         """Add new facts at the end (skipping ones already there) and, in the same
-        transaction, mark the chunk they came from as done."""
+        transaction, mark the chunk they came from as done and count the facts refused
+        for want of evidence."""
         async with self._sessions() as session:
             row = await _locked(session, user_id, now)
             if chunk_id is not None:
@@ -165,15 +231,17 @@ class Profiles:
                     unchanged = _view(user_id, row)
                     await session.rollback()
                     return unchanged
-            lines = _lines(row.text)
-            known = {line.casefold() for line in lines}
+            current = _view(user_id, row).facts
+            added = list(current)
+            known = {fact.text.casefold() for fact in current}
             for fact in facts:
-                line = clean_fact(fact)
+                line = clean_fact(fact.text)
                 if line is not None and line.casefold() not in known:
-                    lines.append(line)
+                    added.append(Fact(line, fact.sources))
                     known.add(line.casefold())
-            if len(lines) != len(_lines(row.text)):
-                row.text, row.revision, row.updated_at = "\n".join(lines), row.revision + 1, now
+            if len(added) != len(current):
+                _store(row, added, now)
+            row.facts_refused += refused
             await session.commit()
             return _view(user_id, row)
 
@@ -185,18 +253,19 @@ class Profiles:
             row = await _locked(session, user_id, now)
             if row.revision != revision:
                 raise StaleRevision(revision, row.revision)
-            kept, retired = apply_edits(_lines(row.text), edits)
+            kept, retired = apply_edits(_view(user_id, row).facts, edits)
             session.add_all(
                 RetiredFact(
                     user_id=user_id,
-                    text=text,
+                    text=fact.text,
                     reason=reason,
                     profile_revision=row.revision,
                     retired_at=now,
+                    evidence=_dump(fact.sources),
                 )
-                for text, reason in retired
+                for fact, reason in retired
             )
-            row.text, row.revision, row.updated_at = "\n".join(kept), row.revision + 1, now
+            _store(row, kept, now)
             await session.commit()
             return _view(user_id, row)
 
@@ -223,7 +292,7 @@ class Profiles:
             query = query.where(RetiredFact.text.ilike(f"%{needle}%"))
         async with self._sessions() as session:
             rows = await session.scalars(query.order_by(RetiredFact.id))
-            return [RetiredView(r.text, r.reason, r.retired_at) for r in rows]
+            return [RetiredView(r.text, r.reason, r.retired_at, _load(r.evidence)) for r in rows]
 
     # -- tidy scheduling ---------------------------------------------------------------
 
@@ -277,7 +346,29 @@ def _lines(text: str) -> list[str]:
 def _view(user_id: uuid.UUID, row: Profile | None) -> ProfileView:
     if row is None:
         return ProfileView(user_id, (), 0)
-    return ProfileView(user_id, tuple(_lines(row.text)), row.revision)
+    lines = tuple(_lines(row.text))
+    stored = json.loads(row.evidence) if row.evidence else []
+    # Lines from before evidence was kept (or a column out of step) are "unknown".
+    sources = tuple(
+        tuple(Evidence.from_json(e) for e in stored[n]) if n < len(stored) else ()
+        for n in range(len(lines))
+    )
+    return ProfileView(user_id, lines, row.revision, sources, row.facts_refused)
+
+
+def _store(row: Profile, facts: Sequence[Fact], now: datetime) -> None:
+    row.text = "\n".join(fact.text for fact in facts)
+    row.evidence = json.dumps([[e.to_json() for e in fact.sources] for fact in facts])
+    row.revision += 1
+    row.updated_at = now
+
+
+def _dump(sources: Sources) -> str | None:
+    return json.dumps([e.to_json() for e in sources]) if sources else None
+
+
+def _load(evidence: str | None) -> Sources:
+    return tuple(Evidence.from_json(e) for e in json.loads(evidence)) if evidence else ()
 
 
 async def _locked(session: AsyncSession, user_id: uuid.UUID, now: datetime) -> Profile:
@@ -291,6 +382,7 @@ async def _locked(session: AsyncSession, user_id: uuid.UUID, now: datetime) -> P
             updated_at=now,
             tidy_failures=0,
             tidy_after_chars=0,
+            facts_refused=0,
         )
         session.add(row)
         await session.flush()

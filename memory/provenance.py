@@ -8,6 +8,11 @@ any of its lines that starts like a header gets a leading backslash.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memory.store import StoredMessage
 
 HEADER_KEYS = ("source", "from", "time")
 _LOOKS_LIKE_HEADER = re.compile(
@@ -21,6 +26,13 @@ COMMAND_SOURCE = "gateway command"
 def from_gateway(source: str | None) -> bool:
     """Said by the gateway to the person (notices, command answers), not dialogue."""
     return source in (NOTICE_SOURCE, COMMAND_SOURCE)
+
+
+def dialogue(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+    """What a model may read of `messages`: everything but chat commands and what the
+    gateway said (command answers, notices). Those stay in the verbatim record."""
+    commands = {m.reply_to_seq for m in messages if m.source == COMMAND_SOURCE}
+    return [m for m in messages if not from_gateway(m.source) and m.seq not in commands]
 
 
 def escape_typed(text: str) -> str:

@@ -2,32 +2,55 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
-from memory.profile import Edit, EditError, Remove, Replace, Shorten, apply_edits
+from memory.profile import (
+    Edit,
+    EditError,
+    Evidence,
+    Fact,
+    Remove,
+    Replace,
+    Shorten,
+    apply_edits,
+)
 from memory.profile_jobs import parse_edits
 
 LINES = [f"fact number {n}" + " detail" * n for n in range(1, 9)]
+WHEN = datetime(2026, 11, 1, tzinfo=UTC)
+# Line n came from message 10·n of chunk n; line 8 is older than evidence (unknown).
+FACTS = [Fact(line, (Evidence(n, (10 * n,), WHEN),)) for n, line in enumerate(LINES[:7], 1)]
+FACTS.append(Fact(LINES[7]))
 
 
-def test_edits_keep_untouched_lines_identical_and_retire_the_rest() -> None:
+def test_edits_keep_untouched_lines_identical_with_their_evidence_and_retire_the_rest() -> None:
     edits: list[Edit] = [
         Remove((2, 7)),
         Shorten(3, "fact 3, short"),
         Replace((5, 6), "facts 5 and 6"),
     ]
-    kept, retired = apply_edits(LINES, edits)
+    kept, retired = apply_edits(FACTS, edits)
 
-    assert kept == [LINES[0], "fact 3, short", LINES[3], "facts 5 and 6", LINES[7]]
-    assert kept[0] is LINES[0]
-    assert kept[2] is LINES[3]
-    assert kept[4] is LINES[7]
+    assert [fact.text for fact in kept] == [
+        LINES[0],
+        "fact 3, short",
+        LINES[3],
+        "facts 5 and 6",
+        LINES[7],
+    ]
+    assert kept[0] is FACTS[0]
+    assert kept[2] is FACTS[3]
+    assert kept[4] is FACTS[7]
+    assert kept[1].sources == FACTS[2].sources  # shortened: the same evidence
+    assert kept[3].sources == FACTS[4].sources + FACTS[5].sources  # merged: the union
     assert retired == [
-        (LINES[1], "removed"),
-        (LINES[2], "shortened"),
-        (LINES[4], "replaced"),
-        (LINES[5], "replaced"),
-        (LINES[6], "removed"),
+        (FACTS[1], "removed"),
+        (FACTS[2], "shortened"),
+        (FACTS[4], "replaced"),
+        (FACTS[5], "replaced"),
+        (FACTS[6], "removed"),
     ]
 
 
@@ -47,7 +70,7 @@ def test_edits_keep_untouched_lines_identical_and_retire_the_rest() -> None:
 )
 def test_an_invalid_edit_rejects_the_whole_answer(edits: list[Edit], reason: str) -> None:
     with pytest.raises(EditError, match=reason):
-        apply_edits(LINES, [Remove((8,)), *edits])
+        apply_edits(FACTS, [Remove((8,)), *edits])
 
 
 @pytest.mark.parametrize(

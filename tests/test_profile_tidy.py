@@ -19,7 +19,7 @@ from gateway.llm.openai import OpenAIProvider
 from memory.archive import Archive
 from memory.db import create_engine, session_factory
 from memory.limits import MemoryLimits
-from memory.profile import Profiles, Remove, StaleRevision
+from memory.profile import Evidence, Fact, Profiles, Remove, StaleRevision
 from memory.profile_jobs import ProfileJobs, ProfileLimits
 from memory.store import Store
 from tests.fakes.llm_server import Behaviour, FakeLLM, Reply
@@ -78,8 +78,13 @@ async def env(database_url: str, llm: FakeLLM) -> AsyncIterator[Env]:
         await engine.dispose()
 
 
-def _facts(count: int, size: int = 100) -> list[str]:
-    return [f"fact {n:03d} " + "x" * (size - 9) for n in range(count)]
+def _facts(count: int, size: int = 100) -> list[Fact]:
+    """Facts from typed messages, fact n from message n + 1 of chunk n + 1."""
+    when = datetime(2026, 11, 1, tzinfo=UTC)
+    return [
+        Fact(f"fact {n:03d} " + "x" * (size - 9), (Evidence(n + 1, (n + 1,), when),))
+        for n in range(count)
+    ]
 
 
 def _numbered(body: dict[str, Any]) -> list[str]:
@@ -109,13 +114,18 @@ async def test_tidy_keeps_untouched_lines_and_retires_every_changed_one(
     profile = await env.profiles.get(env.user)
     retired = await env.profiles.retired(env.user)
 
+    texts = [fact.text for fact in facts]
     assert len(llm.requests) == 1  # 2,540 characters left: under the target, one pass
-    assert _numbered(llm.requests[0])[0] == f"1. {facts[0]}"
-    assert list(profile.lines) == ["fact 005 short", "facts 6 to 24 merged", *facts[25:]]
-    assert [(r.text, r.reason) for r in retired] == [
-        *[(f, "removed") for f in facts[:5]],
-        (facts[5], "shortened"),
-        *[(f, "replaced") for f in facts[6:25]],
+    assert _numbered(llm.requests[0])[0] == f"1. {texts[0]}"
+    assert list(profile.lines) == ["fact 005 short", "facts 6 to 24 merged", *texts[25:]]
+    # Evidence goes with the lines: kept, shortened (the same), merged (the union).
+    assert profile.facts[2:] == facts[25:]
+    assert profile.sources[0] == facts[5].sources
+    assert profile.sources[1] == tuple(e for f in facts[6:25] for e in f.sources)
+    assert [(r.text, r.reason, r.sources) for r in retired] == [
+        *[(f.text, "removed", f.sources) for f in facts[:5]],
+        (facts[5].text, "shortened", facts[5].sources),
+        *[(f.text, "replaced", f.sources) for f in facts[6:25]],
     ]
     assert await env.profiles.retired(env.user, "fact 003") == [retired[3]]
 
@@ -194,7 +204,7 @@ async def test_a_tidy_that_cannot_shrink_waits_for_the_profile_to_grow(
 async def test_edits_against_an_old_revision_are_refused(env: Env) -> None:
     await env.profiles.append(env.user, _facts(3), env.clock.now(), chunk_id=None)
     seen = await env.profiles.get(env.user)
-    await env.profiles.append(env.user, ["a newer fact"], env.clock.now(), chunk_id=None)
+    await env.profiles.append(env.user, [Fact("a newer fact")], env.clock.now(), chunk_id=None)
 
     with pytest.raises(StaleRevision):
         await env.profiles.edit(env.user, seen.revision, [Remove((1,))], env.clock.now())

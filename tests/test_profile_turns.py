@@ -10,14 +10,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.jobqueue import EmbeddedQueue
 from gateway.messages import Inbound
 from memory.models import Role
+from memory.profile import Fact
 from memory.store import NewMessage
 from tests.fakes.llm_server import Behaviour, Fail, FakeLLM, Reply
-from tests.support.archive_checks import chat_requests
+from tests.support.archive_checks import chat_requests, settle_extraction
 from tests.support.harness import Gateway, make_settings, running_gateway
-from tests.support.polling import eventually
 
 # A 4k-token model: live window 640 tokens, chunks of 320, so short messages archive.
 TINY_MODEL = {"llm_context_tokens": 4_096, "llm_max_reply_tokens": 512}
@@ -100,8 +99,8 @@ def _kind(body: dict[str, Any]) -> str:
     return "chat"
 
 
-def _typed(body: dict[str, Any]) -> list[str]:
-    typed: list[str] = json.loads(body["messages"][-1]["content"])["typed_by_user"]
+def _typed(body: dict[str, Any]) -> list[dict[str, Any]]:
+    typed: list[dict[str, Any]] = json.loads(body["messages"][-1]["content"])["typed_by_user"]
     return typed
 
 
@@ -110,23 +109,11 @@ def _model_that_believes_everything(body: dict[str, Any], number: int) -> Behavi
     keeps other text out."""
     kind = _kind(body)
     if kind == "extract":
-        return Reply(json.dumps({"facts": _typed(body)}))
+        facts = [{"fact": t["text"], "from": [t["seq"]]} for t in _typed(body)]
+        return Reply(json.dumps({"facts": facts}))
     if kind == "summary":
         return Reply("The user said they are an astronaut who lives on Mars.")
     return Reply(ASSISTANT_CLAIMS[number % len(ASSISTANT_CLAIMS)])
-
-
-async def _settle(gw: Gateway, conversation_id: uuid.UUID) -> None:
-    """Until every archived chunk has given its facts (turns swap chunks in)."""
-    queue = gw.services.queue
-    assert isinstance(queue, EmbeddedQueue)
-
-    async def done() -> bool:
-        await queue.idle()
-        chunks = await gw.services.archive.chunks(conversation_id)
-        return bool(chunks) and not await gw.services.archive.chunks_to_extract()
-
-    await eventually(done, until=bool, seconds=30)
 
 
 async def test_only_what_the_person_typed_becomes_a_fact_about_them(
@@ -163,9 +150,9 @@ async def test_only_what_the_person_typed_becomes_a_fact_about_them(
                     )
                 )
             assert response.status_code == 200
-        await _settle(gw, conversation_id)
+        await settle_extraction(gw, conversation_id)
         await gw.send(token, "one more, to swap the last chunks in")
-        await _settle(gw, conversation_id)
+        await settle_extraction(gw, conversation_id)
         owner = await store.personal_owner(conversation_id)
         assert owner is not None
         profile = await gw.services.profiles.get(owner)
@@ -178,7 +165,7 @@ async def test_only_what_the_person_typed_becomes_a_fact_about_them(
         ]
 
     extractions = [r for r in llm.requests if _kind(r) == "extract"]
-    typed = [line for r in extractions for line in _typed(r)]
+    typed = [entry["text"] for r in extractions for entry in _typed(r)]
     assert len(FIXTURES) >= 50
     assert extractions
     # The forged inputs did reach the model — as context, structurally apart.
@@ -205,7 +192,7 @@ async def test_groups_give_no_personal_facts_and_see_no_personal_profile(
     async with running_gateway(settings) as gw:
         core, profiles = gw.services.core, gw.services.profiles
         alice = await core.identity("webchat", "alice", "Alice")
-        await profiles.append(alice.user_id, ["Alice keeps bees."], _now(gw), chunk_id=None)
+        await profiles.append(alice.user_id, [Fact("Alice keeps bees.")], _now(gw), chunk_id=None)
         group_id: uuid.UUID | None = None
         for n in range(40):
             who = ("alice", "Alice") if n % 2 else ("bob", "Bob")
@@ -221,7 +208,7 @@ async def test_groups_give_no_personal_facts_and_see_no_personal_profile(
             group_id = received.message.conversation_id
             assert await core.reply_to(received, 10) is not None
         assert group_id is not None
-        await _settle(gw, group_id)
+        await settle_extraction(gw, group_id)
         alice_profile = await profiles.get(alice.user_id)
         bob = await core.identity("webchat", "bob", "Bob")
         bob_profile = await profiles.get(bob.user_id)
@@ -250,10 +237,12 @@ async def test_the_profile_is_read_once_per_turn(
         token, conversation = await gw.visitor()
         owner = await gw.services.store.personal_owner(uuid.UUID(conversation))
         assert owner is not None
-        await gw.services.profiles.append(owner, ["Ann sails."], _now(gw), chunk_id=None)
+        await gw.services.profiles.append(owner, [Fact("Ann sails.")], _now(gw), chunk_id=None)
         turn = asyncio.create_task(gw.send(token, "hello"))
         await llm.wait_for_requests(1)
-        await gw.services.profiles.append(owner, ["Ann moved to Bergen."], _now(gw), chunk_id=None)
+        await gw.services.profiles.append(
+            owner, [Fact("Ann moved to Bergen.")], _now(gw), chunk_id=None
+        )
         assert (await turn).json()["reply"]["text"] == "first"
         await gw.send(token, "and now?")
 
@@ -270,7 +259,7 @@ async def test_profile_and_forget_commands(database_url: str, tmp_path: Path, ll
         owner = await gw.services.store.personal_owner(uuid.UUID(conversation))
         assert owner is not None
         facts = ["Ann lives in Lisbon.", "Ann has a cat called Miso.", "Ann moved from Lisbon."]
-        await gw.services.profiles.append(owner, facts, _now(gw), chunk_id=None)
+        await gw.services.profiles.append(owner, [Fact(f) for f in facts], _now(gw), chunk_id=None)
         shown = (await gw.send(token, "/profile")).json()["reply"]["text"]
         forgot = (await gw.send(token, "/forget lisbon")).json()["reply"]["text"]
         nothing = (await gw.send(token, "/forget submarine")).json()["reply"]["text"]

@@ -9,9 +9,19 @@ but not answered. Updates of any other kind, and service messages, are ignored.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from telegram import Message, MessageEntity, Update
+from telegram import (
+    Chat,
+    Message,
+    MessageEntity,
+    MessageOriginChannel,
+    MessageOriginChat,
+    MessageOriginHiddenUser,
+    MessageOriginUser,
+    Update,
+)
 from telegram.constants import ChatType, MessageEntityType
 
 from gateway.messages import Inbound
@@ -82,6 +92,10 @@ def normalize(update: Update, me: BotUser | None) -> Inbound | None:
     if content is None:
         return None
     text, source = content
+    forwarded = forwarded_from(message)
+    if forwarded is not None:
+        # Someone else's words: context, never the sender's own typing.
+        source = forwarded if source is None else f"{forwarded} ({source})"
     key = message_key(message.chat.id, message.message_id)
     if edited:
         # Every edit is its own event; a redelivered edit carries the same edit date.
@@ -124,6 +138,50 @@ def _names_bot(entity: MessageEntity, text: str, me: BotUser) -> bool:
         # A bare command opening the message is for every bot in the group.
         return (not at and entity.offset == 0) or "@" + target.lower() == handle
     return False
+
+
+def forwarded_from(message: Message) -> str | None:
+    """The source label of a forwarded message, or None if the sender wrote it.
+
+    `forward_origin` is the Bot API's field since 7.0; updates from older servers, or
+    replayed from storage, carry `forward_from`, `forward_from_chat` or
+    `forward_sender_name`, which PTB leaves in `api_kwargs`.
+    """
+    origin = message.forward_origin
+    legacy = message.api_kwargs
+    if origin is not None:
+        if isinstance(origin, MessageOriginUser):
+            name = origin.sender_user.full_name
+        elif isinstance(origin, MessageOriginHiddenUser):
+            name = origin.sender_user_name
+        elif isinstance(origin, MessageOriginChat | MessageOriginChannel):
+            name = _chat_name(
+                origin.chat if isinstance(origin, MessageOriginChannel) else origin.sender_chat
+            )
+        else:
+            name = ""
+    elif any(key in legacy for key in _LEGACY_FORWARD):
+        name = _legacy_name(legacy)
+    else:
+        return None
+    return f"forwarded from {name or 'someone'} on Telegram"
+
+
+_LEGACY_FORWARD = ("forward_from", "forward_from_chat", "forward_sender_name", "forward_date")
+
+
+def _legacy_name(fields: Mapping[str, object]) -> str:
+    user, chat = fields.get("forward_from"), fields.get("forward_from_chat")
+    if isinstance(user, dict):
+        return " ".join(str(user.get(k) or "") for k in ("first_name", "last_name")).strip()
+    if isinstance(chat, dict):
+        return str(chat.get("title") or "")
+    name = fields.get("forward_sender_name")
+    return name if isinstance(name, str) else ""
+
+
+def _chat_name(chat: Chat) -> str:
+    return chat.title or chat.full_name or ""
 
 
 def _content(message: Message) -> tuple[str, str | None] | None:

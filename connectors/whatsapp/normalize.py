@@ -109,6 +109,10 @@ def _message(raw: dict[str, Any], names: dict[str, str]) -> Inbound | None:
     if content is None:
         return None
     text, source, expects_reply = content
+    if _forwarded(raw):
+        # Someone else's words: context, never the sender's own typing.
+        label = "forwarded from someone on WhatsApp"
+        source = label if source is None else f"{label} ({source})"
     return Inbound(
         channel=CHANNEL,
         external_user_id=sender,
@@ -118,6 +122,14 @@ def _message(raw: dict[str, Any], names: dict[str, str]) -> Inbound | None:
         display_name=names.get(sender, ""),
         source=source,
         expects_reply=expects_reply,
+    )
+
+
+def _forwarded(raw: dict[str, Any]) -> bool:
+    # WhatsApp says only that a message was forwarded (often, or at all), not by whom.
+    context = raw.get("context")
+    return isinstance(context, dict) and bool(
+        context.get("forwarded") or context.get("frequently_forwarded")
     )
 
 

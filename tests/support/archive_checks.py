@@ -7,8 +7,11 @@ import re
 import uuid
 from typing import Any
 
+from gateway.jobqueue import EmbeddedQueue
 from gateway.services import Services
 from memory.archive import ChunkView
+from tests.support.harness import Gateway
+from tests.support.polling import eventually
 
 ARCHIVE_ROW = re.compile(r"\(archive #(\d+), level \d+\)")
 MARKER = re.compile(r"\bm(\d{5})\b")
@@ -81,3 +84,16 @@ def check_levels(chunks: list[ChunkView]) -> None:
             continue
         assert kids, f"chunk {chunk.id} has no children"
         assert (kids[0].seq_start, kids[-1].seq_end) == (chunk.seq_start, chunk.seq_end)
+
+
+async def settle_extraction(gw: Gateway, conversation_id: uuid.UUID) -> None:
+    """Until the conversation has archive chunks and every one has given its facts."""
+    queue = gw.services.queue
+    assert isinstance(queue, EmbeddedQueue)
+
+    async def done() -> bool:
+        await queue.idle()
+        chunks = await gw.services.archive.chunks(conversation_id)
+        return bool(chunks) and not await gw.services.archive.chunks_to_extract()
+
+    await eventually(done, until=bool, seconds=30)
