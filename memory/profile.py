@@ -182,29 +182,24 @@ class Profiles:
 
     async def of_conversation(self, conversation_id: uuid.UUID) -> tuple[str, ...]:
         """The profile shown in a conversation: its owner's, or nothing for a group."""
-        async with self._sessions() as session:
-            text = await session.scalar(
-                select(Profile.text)
-                .join(Conversation, Conversation.user_id == Profile.user_id)
-                .where(
-                    Conversation.id == conversation_id,
-                    Conversation.kind == ConversationKind.PERSONAL,
-                )
-            )
+        text = await self._owners(Profile.text, conversation_id)
         return tuple(_lines(text or ""))
 
     async def refused_in(self, conversation_id: uuid.UUID) -> int:
         """Facts refused for want of evidence, for a personal conversation's owner."""
+        return int(await self._owners(Profile.facts_refused, conversation_id) or 0)
+
+    async def _owners(self, column: Any, conversation_id: uuid.UUID) -> Any:
+        """A column of the profile of a personal conversation's owner (None: a group)."""
         async with self._sessions() as session:
-            refused = await session.scalar(
-                select(Profile.facts_refused)
+            return await session.scalar(
+                select(column)
                 .join(Conversation, Conversation.user_id == Profile.user_id)
                 .where(
                     Conversation.id == conversation_id,
                     Conversation.kind == ConversationKind.PERSONAL,
                 )
             )
-        return int(refused or 0)
 
     async def append(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import update
@@ -179,13 +180,7 @@ async def test_a_reply_cut_short_by_a_shutdown_is_finished_after_restart_without
     text = _long_reply(seed=3)
     llm.script(Reply(text))
     async with tg.fake_telegram() as fake:
-        fake.fail("sendMessage", None, *[TgFail(502, "Bad Gateway")] * 1000)
-        async with platform_gateway(
-            database_url, tmp_path, llm, tg=fake, delivery_max_attempts=100
-        ) as p:
-            await p.telegram(tg.text_update(CHAT, "a long story, please"))
-            await fake.wait_until(lambda f: len(f.calls_of("sendMessage")) >= 4)
-            before = await p.all_messages()
+        before = await _first_part_then_down(database_url, tmp_path, llm, fake, tries=4)
         fake.clear_failures()
         async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
             await fake.wait_until(lambda f: len(f.texts(CHAT)) == 3)
@@ -199,6 +194,20 @@ async def test_a_reply_cut_short_by_a_shutdown_is_finished_after_restart_without
     assert len(after) == 2
 
 
+async def _first_part_then_down(
+    database_url: str, tmp_path: Path, llm: FakeLLM, fake: tg.FakeTelegram, *, tries: int
+) -> list[dict[str, Any]]:
+    """Ask for a long reply; Telegram takes its first part, then fails until the
+    gateway stops. The stored messages as the gateway left them."""
+    fake.fail("sendMessage", None, *[TgFail(502, "Bad Gateway")] * 1000)
+    async with platform_gateway(
+        database_url, tmp_path, llm, tg=fake, delivery_max_attempts=100
+    ) as p:
+        await p.telegram(tg.text_update(CHAT, "a long story, please"))
+        await fake.wait_until(lambda f: len(f.calls_of("sendMessage")) >= tries)
+        return await p.all_messages()
+
+
 @pytest.mark.parametrize(("policy", "sent"), [("resend", [0, 1, 2]), ("skip", [0, 2])])
 async def test_a_part_in_flight_at_a_crash_is_resent_or_skipped_by_policy_and_counted(
     database_url: str, tmp_path: Path, llm: FakeLLM, policy: str, sent: list[int]
@@ -208,13 +217,7 @@ async def test_a_part_in_flight_at_a_crash_is_resent_or_skipped_by_policy_and_co
     assert len(parts) == 3
     llm.script(Reply(text))
     async with tg.fake_telegram() as fake:
-        fake.fail("sendMessage", None, *[TgFail(502, "Bad Gateway")] * 1000)
-        async with platform_gateway(
-            database_url, tmp_path, llm, tg=fake, delivery_max_attempts=100
-        ) as p:
-            await p.telegram(tg.text_update(CHAT, "a long story, please"))
-            await fake.wait_until(lambda f: len(f.calls_of("sendMessage")) >= 3)
-            reply = (await p.all_messages())[-1]
+        reply = (await _first_part_then_down(database_url, tmp_path, llm, fake, tries=3))[-1]
         # What a SIGKILL during the send of part 1 leaves behind: part 0 recorded, part 1
         # marked as in flight and never settled.
         engine = create_engine(database_url)

@@ -16,7 +16,7 @@ from memory.store import NewMessage
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, FakeLLM, Reply
-from tests.support.archive_checks import settle_extraction
+from tests.support.archive_checks import request_kind, settle_extraction
 from tests.support.harness import make_settings, running_gateway
 from tests.support.platforms import Platforms, platform_gateway
 from tests.support.polling import eventually
@@ -35,15 +35,6 @@ FORWARDS: list[dict[str, Any]] = [
 ]
 
 
-def _kind(body: dict[str, Any]) -> str:
-    system = str(body["messages"][0]["content"])
-    if system.startswith("You maintain a profile"):
-        return "extract"
-    if system.startswith("You keep the archive"):
-        return "summary"
-    return "chat"
-
-
 def _fact(text: str) -> str:
     return text.split("FACT:", 1)[1].split(".")[0].strip() + "."
 
@@ -51,7 +42,7 @@ def _fact(text: str) -> str:
 def _believer(body: dict[str, Any], number: int) -> Behaviour | None:
     """Extracts every "FACT:" anywhere in the request, citing the entry it saw it in;
     adds citations of nothing and of context for good measure."""
-    kind = _kind(body)
+    kind = request_kind(body)
     if kind == "chat":
         return Reply(f"Noted. FACT: the user owns yacht number {number}.")
     if kind == "summary":
@@ -129,7 +120,7 @@ async def test_only_typed_facts_become_lines_each_with_evidence_of_its_message(
             until=lambda ms: any("Profile facts refused" in m["text"] for m in ms),
         )
 
-    chat = [r for r in llm.requests if _kind(r) == "chat"]
+    chat = [r for r in llm.requests if request_kind(r) == "chat"]
     prompts = "\n".join(str(m["content"]) for r in chat for m in r["messages"])
     assert "[source: forwarded from Eve User on Telegram]" in prompts
     assert "[source: forwarded from Hidden Hal on Telegram]" in prompts
@@ -164,6 +155,6 @@ async def test_commands_and_their_answers_reach_no_model(
 
     assert any(a in text for a in answers for text in history)  # the commands did answer
     requests = json.dumps(llm.requests, ensure_ascii=False)
-    assert {_kind(r) for r in llm.requests} == {"chat", "summary", "extract"}
+    assert {request_kind(r) for r in llm.requests} == {"chat", "summary", "extract"}
     for needle in [*commands, *answers]:
         assert needle not in requests, needle

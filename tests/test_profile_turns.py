@@ -15,7 +15,7 @@ from memory.models import Role
 from memory.profile import Fact
 from memory.store import NewMessage
 from tests.fakes.llm_server import Behaviour, Fail, FakeLLM, Reply
-from tests.support.archive_checks import chat_requests, settle_extraction
+from tests.support.archive_checks import chat_requests, request_kind, settle_extraction
 from tests.support.harness import Gateway, make_settings, running_gateway
 
 # A 4k-token model: live window 640 tokens, chunks of 320, so short messages archive.
@@ -90,15 +90,6 @@ SOURCES = {
 }
 
 
-def _kind(body: dict[str, Any]) -> str:
-    system = str(body["messages"][0]["content"])
-    if system.startswith("You maintain a profile"):
-        return "extract"
-    if system.startswith("You keep the archive"):
-        return "summary"
-    return "chat"
-
-
 def _typed(body: dict[str, Any]) -> list[dict[str, Any]]:
     typed: list[dict[str, Any]] = json.loads(body["messages"][-1]["content"])["typed_by_user"]
     return typed
@@ -107,7 +98,7 @@ def _typed(body: dict[str, Any]) -> list[dict[str, Any]]:
 def _model_that_believes_everything(body: dict[str, Any], number: int) -> Behaviour | None:
     """Turns every line it is given as typed by the user into a fact: only provenance
     keeps other text out."""
-    kind = _kind(body)
+    kind = request_kind(body)
     if kind == "extract":
         facts = [{"fact": t["text"], "from": [t["seq"]]} for t in _typed(body)]
         return Reply(json.dumps({"facts": facts}))
@@ -164,7 +155,7 @@ async def test_only_what_the_person_typed_becomes_a_fact_about_them(
             if m.text in GENUINE
         ]
 
-    extractions = [r for r in llm.requests if _kind(r) == "extract"]
+    extractions = [r for r in llm.requests if request_kind(r) == "extract"]
     typed = [entry["text"] for r in extractions for entry in _typed(r)]
     assert len(FIXTURES) >= 50
     assert extractions
@@ -215,7 +206,7 @@ async def test_groups_give_no_personal_facts_and_see_no_personal_profile(
 
     assert alice_profile.lines == ("Alice keeps bees.",)
     assert bob_profile.lines == ()
-    assert not [r for r in llm.requests if _kind(r) == "extract"]
+    assert not [r for r in llm.requests if request_kind(r) == "extract"]
     group_prompts = [str(r["messages"][0]["content"]) for r in chat_requests(llm.requests)]
     assert group_prompts
     assert all("Alice keeps bees" not in p for p in group_prompts)

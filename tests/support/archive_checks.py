@@ -17,6 +17,16 @@ ARCHIVE_ROW = re.compile(r"\(archive #(\d+), level \d+\)")
 MARKER = re.compile(r"\bm(\d{5})\b")
 
 
+def request_kind(body: dict[str, Any]) -> str:
+    """What a model request is for: a turn, a summary or a profile extraction."""
+    system = str(body["messages"][0]["content"])
+    if system.startswith("You maintain a profile"):
+        return "extract"
+    if system.startswith("You keep the archive"):
+        return "summary"
+    return "chat"
+
+
 def is_summary_request(body: dict[str, Any]) -> bool:
     return str(body["messages"][0]["content"]).startswith("You keep the archive")
 
