@@ -6,8 +6,9 @@ hold at the edge, the same on SQLite and Postgres:
 - Our own APIs (web chat, REST) refuse such text with a clear 422: the client sent it
   and can fix it (`StorableText`, `refuse_unstorable`).
 - A correctly signed platform event is cleaned instead (`clean`, `load_platform_json`):
-  NUL characters are dropped, lone surrogates and invalid UTF-8 become U+FFFD, so the
-  message is stored and the platform gets its 2xx rather than retrying for hours.
+  NUL characters are dropped; lone surrogates, non-characters and invalid UTF-8 become
+  U+FFFD, so the message is stored and the platform gets its 2xx rather than retrying
+  for hours.
 
 Numbers that reach a query are bounded to what a 64-bit column holds (`MAX_INT64`).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Annotated, Any, overload
 
 from pydantic import AfterValidator
@@ -32,6 +34,17 @@ class MalformedJSON(InputError):
     """A body that is not JSON we can take: invalid, NaN/Infinity, or nested too deep."""
 
 
+# Unicode's non-characters (U+FDD0–U+FDEF and the last two code points of every plane):
+# storable, but never text anyone meant to send.
+_NONCHARACTERS = re.compile(
+    "[\ufdd0-\ufdef"
+    + "".join(
+        f"{chr(plane * 0x10000 + 0xFFFE)}{chr(plane * 0x10000 + 0xFFFF)}" for plane in range(17)
+    )
+    + "]"
+)
+
+
 def clean(text: str) -> str:
     """Platform text made storable, changing nothing that already is."""
     if "\x00" in text:
@@ -42,7 +55,7 @@ def clean(text: str) -> str:
         # A round trip through UTF-16 joins surrogate pairs that arrived split and
         # replaces the lone ones.
         text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
+    return _NONCHARACTERS.sub("\ufffd", text)
 
 
 def unstorable_reason(text: str) -> str | None:
@@ -53,6 +66,8 @@ def unstorable_reason(text: str) -> str | None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         return "must be valid Unicode (it has an unpaired surrogate)"
+    if _NONCHARACTERS.search(text):
+        return "must not contain Unicode non-characters (such as U+FFFF)"
     return None
 
 

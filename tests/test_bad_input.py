@@ -43,6 +43,7 @@ async def test_bad_text_numbers_and_tokens_get_422_or_401_and_store_nothing(
     bodies = [
         _json_bytes({"text": NUL}),
         _json_bytes({"text": SURROGATE}),
+        _json_bytes({"text": "a\uffffb"}),
         b'{"text": NaN}',
         b'{"text": Infinity}',
         b'{"text": "hi", "client_id": 1e999999}',
@@ -154,9 +155,12 @@ async def test_signed_platform_input_with_bad_text_is_cleaned_stored_and_acknowl
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
     async with platform_gateway(database_url, tmp_path, llm) as p:
+        nameless = tg.text_update(13, "a\ufdd0b", first_name="\x00")
+        del nameless["message"]["from"]["last_name"]
         telegram = [
             await p.telegram(_json_bytes(tg.text_update(11, NUL))),
             await p.telegram(_json_bytes(tg.text_update(12, SURROGATE, first_name="\ud800A\x00"))),
+            await p.telegram(_json_bytes(nameless)),
             await p.telegram(b'{"update_id": 99, "message": "\xff\xfe"}'),
         ]
         whatsapp = [
@@ -170,13 +174,14 @@ async def test_signed_platform_input_with_bad_text_is_cleaned_stored_and_acknowl
         ]
         messages = await p.all_messages()
 
-    assert [r.status_code for r in telegram[:2] + whatsapp] == [200] * 6
-    assert 400 <= telegram[2].status_code < 500
+    assert [r.status_code for r in telegram[:3] + whatsapp] == [200] * 7
+    assert 400 <= telegram[3].status_code < 500
     users = sorted(
         (m["channel"], m["text"], m["author_name"]) for m in messages if m["role"] == "user"
     )
     assert users == [
         ("telegram", "ab", "Test User"),
+        ("telegram", "a\ufffdb", ""),
         ("telegram", "x\ufffdy", "\ufffdA User"),
         ("whatsapp", "ab", "Kerry Fisher"),
         ("whatsapp", "hello", ""),
@@ -191,12 +196,15 @@ async def test_malformed_signed_webhooks_get_400_and_store_nothing(
     del no_chat["message"]["chat"]
     wrong_types = tg.text_update(5, "hi")
     wrong_types["message"]["text"] = 5
+    bool_id = tg.text_update(5, "hi")
+    bool_id["message"]["from"]["id"] = False
     async with platform_gateway(database_url, tmp_path, llm) as p:
         telegram = [
             await p.telegram(b"[" * 200_000),
             await p.telegram(b'{"update_id": 1, "message": ' + b"[" * 100 + b"]" * 100 + b"}"),
             await p.telegram(no_chat),
             await p.telegram(wrong_types),
+            await p.telegram(bool_id),
             await p.telegram(b'{"update_id": NaN}'),
         ]
         whatsapp = [
@@ -205,7 +213,7 @@ async def test_malformed_signed_webhooks_get_400_and_store_nothing(
         ]
         assert await p.sessions() == []
 
-    assert [r.status_code for r in telegram + whatsapp] == [400] * 7, [
+    assert [r.status_code for r in telegram + whatsapp] == [400] * 8, [
         r.text for r in telegram + whatsapp
     ]
 

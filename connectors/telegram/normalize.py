@@ -77,9 +77,9 @@ def normalize(update: Update, me: BotUser | None) -> Inbound | None:
     edited = update.message is None
     user = message.from_user
     # PTB takes whatever JSON it is given; ids that are not integers are no update.
-    if not all(isinstance(n, int) for n in (message.chat.id, message.message_id)):
+    if not all(_integer(n) for n in (message.chat.id, message.message_id)):
         raise ValueError("chat.id and message_id must be integers")
-    if user is not None and not isinstance(user.id, int):
+    if user is not None and not _integer(user.id):
         raise ValueError("from.id must be an integer")
     # Channel posts and anonymous admins have no person behind them; Telegram never
     # shows bots each other's messages, but a forged one is ignored all the same.
@@ -108,12 +108,17 @@ def normalize(update: Update, me: BotUser | None) -> Inbound | None:
         text=text,
         platform_message_id=key,
         platform_ts=message.date,
-        display_name=user.full_name,
+        # PTB gives None for a name that is empty (or was only NUL characters).
+        display_name=user.full_name or "",
         source=source,
         group_id=str(message.chat.id) if group else None,
         group_title=(message.chat.title or "") if group else "",
         expects_reply=not edited,
     )
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no id
 
 
 def addressed(message: Message, me: BotUser | None) -> bool:
