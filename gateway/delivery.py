@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 
 import structlog
 
+from gateway.backoff import full_jitter, server_wait
 from gateway.clock import Clock
 from gateway.connector import Connector
 from gateway.errors import DeliveryError, Undeliverable
@@ -64,7 +65,7 @@ class RetryPolicy:
     max_seconds: float
 
     def backoff(self, failures: int) -> float:
-        return float(min(self.base_seconds * 2 ** (failures - 1), self.max_seconds))
+        return full_jitter(failures, self.base_seconds, self.max_seconds)
 
 
 class Pacer:
@@ -236,16 +237,17 @@ class DeliveryLoop:
         self, sender: PartSender, part: Outbound, failure: DeliveryError, failures: int
     ) -> None:
         await self._deliveries.attempt_failed(part.message_id, failure.reason, final=False)
-        delay = failure.retry_after
+        delay = server_wait(failure.retry_after)
+        wait = delay if delay is not None else self._retry.backoff(failures)
         log.info(
             "delivery will be retried",
             message_id=part.message_id,
             part=part.part,
-            seconds=delay if delay is not None else self._retry.backoff(failures),
+            seconds=wait,
             error=failure.reason,
         )
         if delay is None:
-            await asyncio.sleep(self._retry.backoff(failures))
+            await asyncio.sleep(wait)
         else:
             # The platform's limit: nothing else for this chat or bot goes out meanwhile.
             self._pacer.hold(sender.pacing(part), delay)

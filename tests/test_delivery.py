@@ -98,9 +98,12 @@ async def test_pacer_spaces_sends_per_key_and_holds_after_a_limit() -> None:
     assert loop.time() - before_hold >= 0.19
 
 
-def test_backoff_doubles_up_to_its_ceiling() -> None:
+def test_backoff_doubles_up_to_its_ceiling_with_full_jitter() -> None:
     policy = RetryPolicy(max_attempts=8, base_seconds=1.0, max_seconds=5.0)
-    assert [policy.backoff(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    for failures, ceiling in zip(range(1, 6), [1.0, 2.0, 4.0, 5.0, 5.0], strict=True):
+        waits = [policy.backoff(failures) for _ in range(200)]
+        assert all(0 <= wait <= ceiling for wait in waits)
+        assert max(waits) > ceiling / 2
 
 
 # -- end to end ---------------------------------------------------------------------------

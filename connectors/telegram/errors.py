@@ -7,6 +7,7 @@ import warnings
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
 
+from gateway.backoff import server_wait
 from gateway.errors import DeliveryError, Undeliverable
 
 
@@ -15,7 +16,9 @@ def retry_after_seconds(exc: RetryAfter) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PTBDeprecationWarning)
         value = exc.retry_after
-    return float(value) if isinstance(value, int | float) else value.total_seconds()
+    seconds = float(value) if isinstance(value, int | float) else value.total_seconds()
+    # Telegram's number, but still a number from outside: bounded like any other.
+    return server_wait(seconds) or 0.0
 
 
 def delivery_error(exc: TelegramError) -> DeliveryError:

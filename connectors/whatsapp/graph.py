@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 
+from gateway.backoff import parse_retry_after
 from gateway.errors import DeliveryError, Undeliverable
 
 # Graph error codes: throughput (per number, per recipient) and generic rate limits.
@@ -64,7 +65,7 @@ def _error(response: httpx.Response, answer: dict[str, Any]) -> DeliveryError:
     data = error.get("error_data")
     details = data.get("details") if isinstance(data, dict) else None
     reason = f"WhatsApp error {code} ({response.status_code}): {details or error.get('message') or response.reason_phrase}"
-    retry_after = _retry_after(response)
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
     if code == WINDOW_CLOSED:
         return Undeliverable(f"{WINDOW_REASON} [{reason}]")
     if code in _RATE_LIMITED or response.status_code == 429:
@@ -74,11 +75,3 @@ def _error(response: httpx.Response, answer: dict[str, Any]) -> DeliveryError:
     if code in _TEMPORARY or response.status_code >= 500:
         return DeliveryError(reason, retry_after=retry_after)
     return Undeliverable(reason)
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after", "")
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        return None

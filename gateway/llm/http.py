@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
-import random
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 
+from gateway.backoff import full_jitter, parse_retry_after
 from gateway.errors import LLMUnavailable
 from gateway.llm.base import Prompt
 
@@ -95,9 +94,7 @@ class RetryPolicy:
         """Seconds to wait after failed attempt number `attempt` (0-based)."""
         if retry_after is not None:
             return min(retry_after, MAX_WAIT_SECONDS)
-        backoff = min(self.base_seconds * 2.0**attempt, MAX_WAIT_SECONDS)
-        # Jitter spreads out clients that failed together so they do not return together.
-        return backoff * random.uniform(0.5, 1.0)
+        return full_jitter(attempt + 1, self.base_seconds, MAX_WAIT_SECONDS)
 
 
 def new_client(timeout_seconds: float) -> httpx.AsyncClient:
@@ -214,7 +211,7 @@ async def _status_failure(provider: str, response: httpx.Response) -> StreamFail
         f"{provider} answered HTTP {status}",
         detail=_body_message(await _read_some(response)),
         retryable=status in RETRYABLE_STATUSES,
-        retry_after=retry_after_seconds(response.headers),
+        retry_after=parse_retry_after(response.headers.get("retry-after")),
     )
 
 
@@ -235,18 +232,6 @@ def _body_message(body: bytes) -> str:
     except ValueError:
         return text
     return message if message is not None else text
-
-
-def retry_after_seconds(headers: httpx.Headers) -> float | None:
-    """`Retry-After` in seconds, or None when absent or an HTTP date (backoff applies)."""
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _transport_failure(provider: str, exc: httpx.HTTPError, *, retryable: bool) -> StreamFailed:
