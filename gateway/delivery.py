@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -71,24 +71,34 @@ class RetryPolicy:
 class Pacer:
     """Spaces sends so no key is used more often than its interval allows.
 
-    A slot is reserved before waiting, so concurrent lanes queue up fairly."""
+    A slot is reserved before waiting, so concurrent lanes queue up fairly. `monotonic`
+    and `sleep` are the event loop's unless a test passes its own."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        monotonic: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self._next: dict[Hashable, float] = {}
+        self._monotonic = monotonic
+        self._sleep = sleep
+
+    def _now(self) -> float:
+        return self._monotonic() if self._monotonic else asyncio.get_running_loop().time()
 
     async def wait(self, paces: Sequence[Pace]) -> None:
         if not paces:
             return
-        now = asyncio.get_running_loop().time()
+        now = self._now()
         start = max([now, *(self._next.get(p.key, 0.0) for p in paces)])
         for pace in paces:
             self._next[pace.key] = start + pace.interval
         if start > now:
-            await asyncio.sleep(start - now)
+            await self._sleep(start - now)
 
     def hold(self, paces: Sequence[Pace], seconds: float) -> None:
         """Nothing sharing these keys goes out for `seconds` (a platform said so)."""
-        until = asyncio.get_running_loop().time() + seconds
+        until = self._now() + seconds
         for pace in paces:
             self._next[pace.key] = max(self._next.get(pace.key, 0.0), until)
 

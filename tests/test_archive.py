@@ -167,9 +167,7 @@ async def test_model_down_while_archiving_loses_nothing_and_tells_once(
             until=lambda cs: bool(cs) and all(c.status is ChunkStatus.READY for c in cs),
         )
         await _fill(gw, token, 1, start=100)  # this turn swaps the backlog in
-        history = await gw.history(token)
-        while len(history) % 500 == 0:
-            history += await gw.history(token, after_seq=history[-1]["seq"])
+        history = await gw.whole_history(token)
         timeline = await gw.services.archive.timeline(conversation_id)
 
     assert "failing (retrying)" in status

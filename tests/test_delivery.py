@@ -3,7 +3,6 @@ marked failed with the platform's reason after N tries, and survive a restart.""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from pathlib import Path
 from typing import Any
@@ -80,22 +79,23 @@ def test_split_prefers_a_paragraph_to_a_sentence_to_a_space() -> None:
 
 
 async def test_pacer_spaces_sends_per_key_and_holds_after_a_limit() -> None:
-    pacer = Pacer()
-    loop = asyncio.get_running_loop()
+    now = [100.0]
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # time passes only when the pacer waits
+        waits.append(seconds)
+        now[0] += seconds
+
+    pacer = Pacer(lambda: now[0], sleep)
     chat, other = Pace("chat", 0.05), Pace("other", 0.05)
-    start = loop.time()
     for _ in range(3):
         await pacer.wait([chat])
-    paced = loop.time() - start
     await pacer.wait([other])  # a different key is not held up
-    unrelated = loop.time() - start - paced
     pacer.hold([chat], 0.2)
-    before_hold = loop.time()
     await pacer.wait([chat])
 
-    assert paced >= 0.1
-    assert unrelated < 0.05
-    assert loop.time() - before_hold >= 0.19
+    assert waits == pytest.approx([0.05, 0.05, 0.2])
+    assert now[0] == pytest.approx(100.3)
 
 
 def test_backoff_doubles_up_to_its_ceiling_with_full_jitter() -> None:

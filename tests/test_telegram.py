@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -315,11 +316,16 @@ async def test_polling_mode_takes_updates_and_confirms_them_after_storing(
         await fake.push_update(tg.text_update(1212, "second", update_id=501))
         await fake.wait_until(lambda f: len(f.texts(1212)) == 2)
         webhook_route = await p.telegram(tg.text_update(1212, "via webhook"))
+        stored = {m["text"]: m["created_at"] for m in await p.all_messages()}
 
-    offsets = [c.params.get("offset") for c in fake.calls_of("getUpdates")]
+    def confirmed(offset: int) -> datetime:
+        """When Telegram was first told everything before `offset` was taken."""
+        return next(c.at for c in fake.calls_of("getUpdates") if c.params.get("offset") == offset)
+
     assert fake.calls_of("deleteWebhook")
-    assert 501 in offsets  # confirmed the first update only after it was handled
-    assert 502 in offsets
+    # Each update was stored before the poll that confirmed it went out.
+    assert datetime.fromisoformat(stored["polled hello"]) < confirmed(501)
+    assert datetime.fromisoformat(stored["second"]) < confirmed(502)
     assert webhook_route.status_code == 404  # no webhook route in polling mode
     assert len(llm.requests) == 2
 

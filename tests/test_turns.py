@@ -112,21 +112,32 @@ async def test_messages_sent_during_a_turn_are_answered_together(
 async def test_concurrent_messages_get_ordered_turns_that_never_overlap(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
+    gate = asyncio.Event()
+    llm.script(Reply("first", gate=gate), Reply("second"))
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         token, _ = await gw.visitor()
-        a, b = await asyncio.gather(gw.send(token, "alpha"), gw.send(token, "beta"))
+        alpha = asyncio.create_task(gw.send(token, "alpha"))
+        await llm.wait_for_requests(1)
+        # "beta" arrives while alpha's turn is still with the model.
+        beta = asyncio.create_task(gw.send(token, "beta"))
+        await eventually(lambda: gw.history(token), until=lambda ms: len(ms) == 2)
+        gate.set()
+        a, b = await alpha, await beta
         history = await gw.history(token)
 
     assert llm.max_active == 1
-    assert {a.json()["message"]["seq"], b.json()["message"]["seq"]} == {1, 2}
-    for response in (a, b):
-        body = response.json()
-        assert body["reply"]["seq"] > body["message"]["seq"]
-    # Every call sees all earlier replies: turns ran one after the other.
-    for index, request in enumerate(llm.requests):
-        assistant = [m for m in request["messages"] if m["role"] == "assistant"]
-        assert len(assistant) == index
-    assert [m["seq"] for m in history] == list(range(1, len(history) + 1))
+    assert (a.json()["reply"]["text"], b.json()["reply"]["text"]) == ("first", "second")
+    # The second turn ran after the first: it saw alpha, beta and the answer to alpha.
+    first, second = ([m["content"] for m in r["messages"][1:]] for r in llm.requests)
+    assert ["alpha" in c for c in first] == [True]
+    assert [c for c in second if c == "first"] == ["first"]
+    assert sum("beta" in c for c in second) == 1
+    assert [(m["seq"], m["text"]) for m in history] == [
+        (1, "alpha"),
+        (2, "beta"),
+        (3, "first"),
+        (4, "second"),
+    ]
 
 
 async def test_system_prompt_is_byte_identical_for_every_call_in_a_turn(

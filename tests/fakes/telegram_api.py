@@ -15,7 +15,8 @@ import itertools
 import json
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -51,6 +52,8 @@ def flood(retry_after: int = 1) -> TgFail:
 class Call:
     method: str
     params: dict[str, Any]
+    # When it arrived, on the clock the gateway stamps stored messages with.
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class FakeTelegram:

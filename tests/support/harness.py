@@ -21,6 +21,7 @@ from tests.fakes.llm_server import FakeLLM
 from tests.support.servers import serve
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
+HISTORY_PAGE = 500  # the web chat API's largest page
 
 
 def make_settings(database_url: str, data_dir: Path, llm: FakeLLM | None, **extra: Any) -> Settings:
@@ -72,12 +73,21 @@ class Gateway:
     async def history(self, token: str, after_seq: int = 0) -> list[dict[str, Any]]:
         response = await self.http.get(
             "/webchat/messages",
-            params={"after_seq": after_seq, "limit": 500},
+            params={"after_seq": after_seq, "limit": HISTORY_PAGE},
             headers={"Authorization": f"Bearer {token}"},
         )
         assert response.status_code == 200, response.text
         messages: list[dict[str, Any]] = response.json()["messages"]
         return messages
+
+    async def whole_history(self, token: str) -> list[dict[str, Any]]:
+        """Every message, page after page until a page comes back short."""
+        messages: list[dict[str, Any]] = []
+        while True:
+            page = await self.history(token, after_seq=messages[-1]["seq"] if messages else 0)
+            messages += page
+            if len(page) < HISTORY_PAGE:
+                return messages
 
     @contextlib.asynccontextmanager
     async def socket(self, token: str) -> AsyncIterator[ClientConnection]:
