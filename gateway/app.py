@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from gateway import api, docs, health
+from gateway.access_log import AccessLog
 from gateway.clock import Clock
 from gateway.headers import SecurityHeaders
 from gateway.http_errors import install_error_handlers
@@ -37,6 +38,7 @@ def create_app(
         BodyLimit, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout_seconds
     )
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(AccessLog)  # outermost: it sees every answer, 413s included
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(docs.router)

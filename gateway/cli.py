@@ -39,7 +39,7 @@ def serve() -> None:
     from memory.db import create_engine
 
     settings = _settings()
-    configure_logging()
+    configure_logging(settings.log_level.value)
 
     async def prepare() -> None:
         engine = create_engine(settings.resolved_database_url)
@@ -70,7 +70,7 @@ def worker() -> None:
     settings = _settings()
     if not settings.redis_url:
         _fail("invalid setting PARLEY_REDIS_URL: `parley worker` needs Redis")
-    configure_logging()
+    configure_logging(settings.log_level.value)
     run_worker(settings)
 
 

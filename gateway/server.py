@@ -29,7 +29,10 @@ def server_config(app: Any, settings: Settings, *, host: str, port: int) -> uvic
         host=host,
         port=port,
         lifespan="on",
-        log_level="warning",
+        log_level=settings.log_level.value,
+        # Our logging (gateway.logs) formats uvicorn's lines; our access line replaces its.
+        log_config=None,
+        access_log=False,
         proxy_headers=True,
         forwarded_allow_ips=settings.forwarded_allow_ips,
         http=header_deadline_protocol(settings.read_timeout_seconds),

@@ -33,6 +33,13 @@ class Policy(StrEnum):
     PAIRING = "pairing"
 
 
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
 class UncertainParts(StrEnum):
     """What to do with a reply part whose send was cut short by a crash."""
 
@@ -64,6 +71,7 @@ class Settings(BaseSettings):
     )
 
     data_dir: Path = Path("./data")
+    log_level: LogLevel = LogLevel.INFO
     database_url: str | None = None
     redis_url: str | None = None
     host: str = "127.0.0.1"
