@@ -26,11 +26,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await services.open()
-        try:
+        async with services.running():
             yield
-        finally:
-            await services.close()
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.services = services

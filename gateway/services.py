@@ -3,6 +3,9 @@ opened and closed by its lifespan."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -36,8 +39,6 @@ from memory.schema import current_revision, head_revision, migrate
 from memory.store import Store
 
 log = structlog.get_logger(__name__)
-
-SHUTDOWN_DEADLINE_SECONDS = 10.0
 
 
 @dataclass
@@ -140,32 +141,63 @@ class Services:
             connectors=connectors,
         )
 
-    async def open(self) -> None:
-        # The data dir is Parley's own (database, key, transcripts): its owner's only.
-        tighten(private_dir(self.settings.data_dir))
-        await prepare_schema(self.engine, migrate_embedded=self.settings.is_sqlite)
-        await self.queue.start()
-        for connector in self.connectors:
-            await connector.start()
-        await self.core.resume()
-        log.info(
-            "gateway ready",
-            database=self.engine.dialect.name,
-            llm=self.llm.name,
-            connectors=[connector.channel for connector in self.connectors],
-        )
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Open every resource, in order, each registered for release as soon as it is
+        open: a failure part-way (a connector whose start raises) releases exactly what
+        was started. Shutdown runs the stages top to bottom under one deadline
+        (PARLEY_SHUTDOWN_SECONDS); a stage that fails is logged and the rest still run.
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            # Registered first, released last.
+            stack.push_async_callback(self._stage, "engine", self.engine.dispose)
+            stack.push_async_callback(self._stage, "model client", self.llm.aclose)
+            # The data dir is Parley's own (database, key, transcripts): its owner's only.
+            tighten(private_dir(self.settings.data_dir))
+            await prepare_schema(self.engine, migrate_embedded=self.settings.is_sqlite)
+            await self.queue.start()
+            stack.push_async_callback(self._stage, "jobs", self.queue.close)
+            for connector in self.connectors:
+                await connector.start()
+                stack.push_async_callback(self._stage, connector.channel, connector.stop)
+            deadline = _Deadline(self.settings.shutdown_seconds)
+            stack.push_async_callback(
+                self._stage, "delivery", lambda: self.core.close_delivery(deadline.left())
+            )
+            stack.push_async_callback(
+                self._stage, "turns", lambda: self.runner.close(deadline.left())
+            )
+            stack.callback(deadline.start)  # the HTTP server has stopped taking requests
+            await self.core.resume()
+            log.info(
+                "gateway ready",
+                database=self.engine.dialect.name,
+                llm=self.llm.name,
+                connectors=[connector.channel for connector in self.connectors],
+            )
+            yield
 
-    async def close(self) -> None:
-        # The HTTP server has stopped taking requests. Let running turns finish and
-        # their replies go out, then stop the connectors (polling intake, platform
-        # clients); anything still unanswered or unsent is picked up on the next start.
-        await self.runner.close(SHUTDOWN_DEADLINE_SECONDS)
-        await self.core.close_delivery(SHUTDOWN_DEADLINE_SECONDS)
-        for connector in reversed(self.connectors):
-            await connector.stop()
-        await self.queue.close()
-        await self.llm.aclose()
-        await self.engine.dispose()
+    async def _stage(self, name: str, close: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await close()
+        except Exception:
+            log.exception("shutdown stage failed; going on with the next", stage=name)
+
+
+class _Deadline:
+    """One shutdown budget shared by the stages that wait (turns, then delivery)."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._end: float | None = None
+
+    def start(self) -> None:
+        self._end = time.monotonic() + self._seconds
+
+    def left(self) -> float:
+        if self._end is None:
+            return self._seconds
+        return max(0.0, self._end - time.monotonic())
 
 
 def _job_queue(settings: Settings) -> JobQueue:

@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     # A request's headers, and then its body, must arrive within this (slow clients
     # would otherwise hold connections open for as long as they like).
     read_timeout_seconds: float = Field(default=15.0, gt=0)
+    # How long stopping may take: running turns finish, then pending replies go out;
+    # what is left then is taken up again on the next start.
+    shutdown_seconds: float = Field(default=10.0, ge=0)
     # Web chat abuse limits: new visitors per client address, messages per visitor
     # (HTTP and WebSocket together), open sockets per visitor.
     webchat_sessions_per_minute: int = Field(default=20, ge=1)
