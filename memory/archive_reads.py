@@ -76,7 +76,7 @@ def chunk_view(row: Any) -> ChunkView:
         time_start=row.time_start,
         time_end=row.time_end,
         summary=row.summary,
-        status=ChunkStatus(row.status),
+        status=row.status,
         attempts=row.attempts,
         last_error=row.last_error,
         parent_id=row.parent_id,
@@ -147,7 +147,7 @@ class ArchiveReads:
             last = error.one_or_none()
         return ArchiveStatus(
             live_tokens=int(live or 0),
-            chunks={(int(level), ChunkStatus(state)): int(n) for level, state, n in counts},
+            chunks={(int(level), state): int(n) for level, state, n in counts},
             last_error=None if last is None else last[0],
             last_error_at=None if last is None else last[1],
         )

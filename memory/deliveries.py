@@ -48,7 +48,7 @@ class Deliveries:
             row = (await session.execute(query)).one_or_none()
         if row is None:
             return None
-        delivery = Delivery(row.delivery) if row.delivery else None
+        delivery = row.delivery
         sending = row.delivery_sending_part
         return DeliveryState(
             message_id,
@@ -154,7 +154,7 @@ class Deliveries:
             )
             if part is None:
                 return False
-            if not _moves_forward(Delivery(part.status), status):
+            if not _moves_forward(part.status, status):
                 return True
             part.status = status
             part.error = error
@@ -197,5 +197,5 @@ async def _settle(session: AsyncSession, message_id: int) -> None:
         return
     if message.delivery in (Delivery.PENDING, Delivery.FAILED):
         return  # later parts are still on their way, or delivery gave up
-    least = min((Delivery(row.status) for row in rows), key=lambda d: _RANK.get(d, 0))
+    least = min((row.status for row in rows), key=lambda d: _RANK.get(d, 0))
     message.delivery = least

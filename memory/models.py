@@ -13,6 +13,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Enum,
     ForeignKey,
     Index,
     Integer,
@@ -93,6 +94,18 @@ class ChunkStatus(StrEnum):
     FAILED = "failed"
 
 
+def _enum(values: type[StrEnum]) -> Enum:
+    """A column of one of these enums, stored as its value in a VARCHAR(16) (no native
+    enum type, no CHECK: adding a value needs no migration on either database)."""
+    return Enum(
+        values,
+        native_enum=False,
+        create_constraint=False,
+        length=16,
+        values_callable=lambda members: [member.value for member in members],
+    )
+
+
 class User(Base):
     __tablename__ = "users"
 
@@ -121,7 +134,9 @@ class Conversation(Base):
     __table_args__ = (UniqueConstraint("channel", "group_id"),)
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    kind: Mapped[str] = mapped_column(String(16), default=ConversationKind.PERSONAL)
+    kind: Mapped[ConversationKind] = mapped_column(
+        _enum(ConversationKind), default=ConversationKind.PERSONAL
+    )
     # Personal conversations belong to a user; group ones to a (channel, group id).
     user_id: Mapped[uuid.UUID | None] = mapped_column(
         ForeignKey("users.id", ondelete="CASCADE"), unique=True
@@ -161,7 +176,7 @@ class Chunk(Base):
     time_end: Mapped[datetime] = mapped_column(UTCDateTime)
     transcript: Mapped[str | None] = mapped_column(Text)
     summary: Mapped[str | None] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16), default=ChunkStatus.PENDING)
+    status: Mapped[ChunkStatus] = mapped_column(_enum(ChunkStatus), default=ChunkStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
     parent_id: Mapped[int | None] = mapped_column(
@@ -195,7 +210,7 @@ class Message(Base):
         ForeignKey("conversations.id", ondelete="CASCADE")
     )
     seq: Mapped[int] = mapped_column(BigInteger)
-    role: Mapped[str] = mapped_column(String(16))
+    role: Mapped[Role] = mapped_column(_enum(Role))
     channel: Mapped[str] = mapped_column(String(32))
     identity_id: Mapped[uuid.UUID | None] = mapped_column(
         ForeignKey("identities.id", ondelete="SET NULL")
@@ -213,7 +228,7 @@ class Message(Base):
     )
     # For replies: the last user seq the turn answered (so a user message finds its reply).
     reply_to_seq: Mapped[int | None] = mapped_column(BigInteger)
-    delivery: Mapped[str | None] = mapped_column(String(16))
+    delivery: Mapped[Delivery | None] = mapped_column(_enum(Delivery))
     delivery_attempts: Mapped[int] = mapped_column(Integer, default=0)
     delivery_error: Mapped[str | None] = mapped_column(Text)
     # How many parts of a split reply the platform took: a retry resumes after them.
@@ -272,7 +287,7 @@ class SentPart(Base):
     part: Mapped[int] = mapped_column(Integer)
     channel: Mapped[str] = mapped_column(String(32))
     platform_message_id: Mapped[str] = mapped_column(String(255))
-    status: Mapped[str] = mapped_column(String(16), default=Delivery.SENT)
+    status: Mapped[Delivery] = mapped_column(_enum(Delivery), default=Delivery.SENT)
     error: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -114,35 +114,11 @@ MESSAGE_COLUMNS = (
 )
 
 
-_ROLES = {role.value: role for role in Role}
-_DELIVERIES = {state.value: state for state in Delivery}
-
-
 def message_view(row: Any) -> StoredMessage:
     """A view of a row selected with `MESSAGE_COLUMNS` (or of a `Message`)."""
-    if isinstance(row, Row):  # result rows: positional, the turn's hot path
-        values = list(row)
-        values[3] = _ROLES[values[3]]
-        values[14] = _DELIVERIES.get(values[14])
-        return StoredMessage(*values)
-    return StoredMessage(
-        id=row.id,
-        conversation_id=row.conversation_id,
-        seq=row.seq,
-        role=Role(row.role),
-        channel=row.channel,
-        text=row.text,
-        created_at=row.created_at,
-        platform_ts=row.platform_ts,
-        source=row.source,
-        author_name=row.author_name,
-        identity_id=row.identity_id,
-        platform_message_id=row.platform_message_id,
-        token_count=row.token_count,
-        reply_to_seq=row.reply_to_seq,
-        delivery=Delivery(row.delivery) if row.delivery else None,
-        delivery_error=row.delivery_error,
-    )
+    if isinstance(row, Row):  # result rows, in the view's field order: the turn's hot path
+        return StoredMessage(*row)
+    return StoredMessage(*(getattr(row, column.key) for column in MESSAGE_COLUMNS))
 
 
 class Store:
@@ -466,7 +442,7 @@ class Store:
 def _conversation_view(row: Conversation) -> ConversationView:
     return ConversationView(
         id=row.id,
-        kind=ConversationKind(row.kind),
+        kind=row.kind,
         user_id=row.user_id,
         title=row.title,
         created_at=row.created_at,

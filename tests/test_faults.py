@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import databases
-from tests.support.faults import FaultPlan, fault_rig
+from tests.support.faults.plan import FaultPlan
+from tests.support.faults.rig import fault_rig
 
 SEED = int(os.environ.get("PARLEY_TEST_FAULT_SEED", "9"))
 SETTLE_SECONDS = 60.0
@@ -33,12 +34,10 @@ def private_postgres() -> Iterator[str]:
 @pytest.mark.postgres
 @pytest.mark.timeout(330)
 async def test_faults_cost_seconds_never_answers(private_postgres: str, tmp_path: Path) -> None:
-    plan = FaultPlan(seed=SEED)
-    async with fault_rig(private_postgres, tmp_path, plan) as rig:
-        sent = await rig.drive()
-        settled = await rig.settle(seconds=SETTLE_SECONDS)
-        report = await rig.report(sent, settled)
-        logs = rig.logs()
+    async with fault_rig(private_postgres, tmp_path, FaultPlan(seed=SEED)) as rig:
+        await rig.drive()
+        await rig.settle(seconds=SETTLE_SECONDS)
+        report = await rig.report()
 
     print(report.render())
     assert len(report.kills_of("serve")) >= 20
@@ -66,7 +65,7 @@ async def test_faults_cost_seconds_never_answers(private_postgres: str, tmp_path
     }
     found = {name: items for name, items in problems.items() if items}
     if found:
-        print(logs)
+        print(rig.logs())  # the children's logs outlive the rig
     assert not found, "\n".join(
         f"{name} ({len(items)}): {items[:10]}" for name, items in found.items()
     )

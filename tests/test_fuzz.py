@@ -3,112 +3,65 @@ Telegram and WhatsApp webhooks, and the operator API.
 
 Every example checks: no 5xx and nothing in the server's error log; a refusal is a 4xx
 that stores nothing; an accepted message is stored exactly once (platform text cleaned:
-NUL removed, lone surrogates U+FFFD) and answered. Every test ends by checking the
-gateway is still healthy and still answers on every channel. Example counts are small
-and fixed (derandomized) so CI stays fast and reproducible; raise them locally with
-PARLEY_TEST_FUZZ_SCALE.
+NUL removed, lone surrogates and non-characters U+FFFD) and answered. Every test ends by
+checking the gateway is still healthy and still answers on every channel. Example counts
+are small and fixed (derandomized) so CI stays fast and reproducible; raise them locally
+with PARLEY_TEST_FUZZ_SCALE.
 """
 
 from __future__ import annotations
 
 import json
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection
-from websockets.sync.client import connect as ws_connect
 
-from tests.fakes.graph_api import PHONE_NUMBER_ID, signed
+from tests.fakes.graph_api import signed
 from tests.fakes.telegram_api import WEBHOOK_SECRET
-from tests.support.fuzz import (
-    DROP,
-    INT64_MAX,
-    MAX_BODY_BYTES,
-    TOKEN_LIKE,
-    Blob,
-    FrameVerdict,
-    FuzzServer,
-    LongText,
-    Stored,
-    TelegramCase,
-    Verdict,
-    WhatsAppCase,
-    as_received,
-    assert_json_error,
-    authorization_headers,
-    check_clean_name,
-    clean,
-    cleaned_equal,
-    cleaned_within,
-    content_types,
-    examples,
-    expect_frame,
-    expect_send,
-    fresh_id,
-    fuzz_server,
-    fuzz_text,
-    header_bytes,
-    int_param,
-    is_4xx,
-    junk_bodies,
-    odd_tokens,
-    payload_bytes,
-    query_string,
-    query_value,
-    socket_frames,
-    telegram_cases,
-    unsafe_text,
-    webchat_bodies,
-    whatsapp_cases,
+from tests.support.fuzz import oracle, strategies, webchat_inputs
+from tests.support.fuzz import platform_cases as cases
+from tests.support.fuzz.cleaning import clean, storable
+from tests.support.fuzz.limits import INT64_MAX, MAX_BODY_BYTES, examples
+from tests.support.fuzz.oracle import FrameVerdict, Verdict
+from tests.support.fuzz.platform_cases import DROP, TelegramCase, WhatsAppCase
+from tests.support.fuzz.server import FuzzServer, Visitor, fuzz_server
+from tests.support.fuzz.socket_client import (
+    close_code,
+    frames_until,
+    message_at,
+    open_socket,
+    typed,
 )
+from tests.support.fuzz.strategies import Blob, LongText, query_string, url_quoted
+from tests.support.fuzz.webchat_inputs import TOKEN_LIKE
 from tests.support.harness import ADMIN_TOKEN
 from tests.support.platforms import SECRET_HEADER
-
-ADMIN = [(b"authorization", f"Bearer {ADMIN_TOKEN}".encode())]
-FRAME_SECONDS = 10.0
-PLATFORM_TEXT_LIMIT = 4096
-
-
-@pytest.fixture
-def server(database_url: str, tmp_path: Path) -> Iterator[FuzzServer]:
-    with fuzz_server(database_url, tmp_path) as running:
-        yield running
-        running.assert_healthy()
-
-
-@dataclass(frozen=True)
-class Seeded:
-    token: str
-    conversation_id: uuid.UUID
-
-
-@pytest.fixture
-def seeded(server: FuzzServer) -> Seeded:
-    """A visitor with one answered message (seq 1 and 2)."""
-    token, conversation_id = server.visitor()
-    response = server.call(server.gw.send(token, "seed"))
-    assert response.status_code == 200, response.text
-    return Seeded(token, conversation_id)
 
 
 def bearer(token: str) -> list[tuple[bytes, bytes]]:
     return [(b"authorization", f"Bearer {token}".encode())]
 
 
+@pytest.fixture
+def server(database_url: str, tmp_path: Path) -> Iterator[FuzzServer]:
+    with fuzz_server(database_url, tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+def seeded(server: FuzzServer) -> Visitor:
+    return server.visitor(seeded=True)
+
+
 # -- web chat HTTP ---------------------------------------------------------------------------
 
 
 @examples(50)
-@given(raw=webchat_bodies(), content_type=content_types)
+@given(raw=webchat_inputs.webchat_bodies(), content_type=webchat_inputs.content_types)
 @example(raw=Blob(b'{"text": "a\\u0000b"}'), content_type="application/json")
 @example(raw=Blob(b'{"text": "\\ud800 lone"}'), content_type="application/json")
 @example(raw=Blob(b'{"text": NaN}'), content_type="application/json")
@@ -123,11 +76,11 @@ def bearer(token: str) -> list[tuple[bytes, bytes]]:
 @example(raw=Blob(b'{"text": "/status", "client_id": "c1"}'), content_type="application/json")
 @example(raw=Blob(b'{"text": "' + b"x" * 300_000 + b'"}'), content_type="application/json")
 def test_web_chat_message_bodies(server: FuzzServer, raw: bytes, content_type: str | None) -> None:
-    expect = expect_send(raw, content_type)
-    token, conversation_id = server.visitor()
+    expect = oracle.expect_send(raw, content_type)
+    visitor = server.visitor()
     mark = server.last_message_id()
     server.begin((raw, content_type))
-    headers = bearer(token)
+    headers = bearer(visitor.token)
     if content_type is not None:
         headers.append((b"content-type", content_type.encode()))
     response = server.request("POST", "/webchat/messages", content=raw, headers=headers)
@@ -140,23 +93,24 @@ def test_web_chat_message_bodies(server: FuzzServer, raw: bytes, content_type: s
     stored = server.incoming_since(mark)
     if response.status_code == 200:
         assert [(m.conversation_id, m.role, m.text) for m in stored] == [
-            (conversation_id, "user", expect.text)
+            (visitor.conversation_id, "user", expect.text)
         ], what
         body = response.json()
         assert body["message"]["text"] == expect.text
         assert body["reply"] is not None
         server.wait_until_answered(stored[0])
     else:
-        assert_json_error(response, what)
+        oracle.assert_json_error(response, what)
         assert stored == [], f"refused with {response.status_code} but stored {stored}"
     # What the visitor sees: the message once, or nothing.
-    texts = [m["text"] for m in server.call(server.gw.history(token)) if m["role"] == "user"]
-    assert texts == ([expect.text] if response.status_code == 200 else []), what
+    assert server.user_texts(visitor) == ([expect.text] if response.status_code == 200 else []), (
+        what
+    )
     server.assert_no_errors(what)
 
 
 @examples(25)
-@given(value=authorization_headers())
+@given(value=webchat_inputs.authorization_headers())
 @example(value=b"Bearer " + TOKEN_LIKE.encode()[:-1] + b"\xe9")
 @example(value=b"Bearer wc1.\xff.\xfe")
 @example(value=b"B\xe9arer " + TOKEN_LIKE.encode())
@@ -172,79 +126,43 @@ def test_odd_authorization_headers_are_refused(server: FuzzServer, value: bytes)
     for response in responses:
         server.assert_not_5xx(response, value)
         assert response.status_code in (400, 401), (value, response.status_code, response.text)
-        assert_json_error(response, value)
+        oracle.assert_json_error(response, value)
     assert server.incoming_since(mark) == []
     server.assert_no_errors(value)
 
 
 @examples(30)
-@given(params=st.fixed_dictionaries({}, optional={"after_seq": query_value, "limit": query_value}))
+@given(params=strategies.query_params("after_seq", "limit"))
 @example(params={"after_seq": str(2**31)})
 @example(params={"after_seq": str(INT64_MAX)})
 @example(params={"after_seq": str(INT64_MAX + 1)})
 @example(params={"after_seq": "9" * 400, "limit": "NaN"})
 @example(params={"limit": "\x00"})
 def test_web_chat_history_queries(
-    server: FuzzServer, seeded: Seeded, params: dict[str, str]
+    server: FuzzServer, seeded: Visitor, params: dict[str, str]
 ) -> None:
-    bounds = {"after_seq": (0, INT64_MAX), "limit": (1, 500)}
-    verdicts = [int_param(value, *bounds[name]) for name, value in params.items()]
+    verdict = oracle.query_verdict(params, {"after_seq": (0, INT64_MAX), "limit": (1, 500)})
     server.begin(params)
-    url = "/webchat/messages" + ("?" + query_string(params) if params else "")
+    url = "/webchat/messages" + query_string(params)
     response = server.request("GET", url, headers=bearer(seeded.token))
 
     server.assert_not_5xx(response, params)
-    if Verdict.REJECT in verdicts:
-        assert response.status_code == 422, (params, response.text)
-    elif Verdict.EITHER in verdicts:
-        assert response.status_code in (200, 422), (params, response.text)
-    else:
-        assert response.status_code == 200, (params, response.text)
-    if response.status_code == 200:
-        after = int(params.get("after_seq", "0")) if Verdict.EITHER not in verdicts else None
+    allowed = {Verdict.ACCEPT: {200}, Verdict.REJECT: {422}, Verdict.EITHER: {200, 422}}
+    assert response.status_code in allowed[verdict], (params, response.text)
+    if response.status_code != 200:
+        oracle.assert_json_error(response, params)
+    elif verdict is Verdict.ACCEPT:
+        after, limit = int(params.get("after_seq", "0")), int(params.get("limit", "100"))
         seqs = [m["seq"] for m in response.json()["messages"]]
-        if after is not None:
-            assert seqs == [s for s in (1, 2) if s > after][: int(params.get("limit", "100"))]
-    else:
-        assert_json_error(response, params)
+        assert seqs == [s for s in (1, 2) if s > after][:limit]
     server.assert_no_errors(params)
 
 
 # -- web chat socket ---------------------------------------------------------------------------
 
 
-def frames_until(
-    server: FuzzServer,
-    ws: ClientConnection,
-    done: Callable[[dict[str, Any]], bool],
-    what: object,
-) -> list[dict[str, Any]]:
-    """Frames received until one satisfies `done` (included); fails on a timeout or a
-    closed socket, listing what came."""
-    frames: list[dict[str, Any]] = []
-    deadline = time.monotonic() + FRAME_SECONDS
-    while True:
-        try:
-            raw = ws.recv(timeout=max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
-            raise AssertionError(f"no expected frame after {what!r}; got {frames}") from None
-        except ConnectionClosed as closed:
-            problem = f"the socket closed after {what!r} ({closed}); frames before: {frames}"
-            raise server.failure(problem) from None
-        assert isinstance(raw, str), f"binary frame from the server: {raw!r}"
-        frame = json.loads(raw)
-        assert isinstance(frame, dict), frame
-        frames.append(frame)
-        if done(frame):
-            return frames
-
-
-def _decisive(frame: dict[str, Any]) -> bool:
-    return frame.get("type") in ("ack", "error")
-
-
 @examples(40)
-@given(frame=socket_frames())
+@given(frame=webchat_inputs.socket_frames())
 @example(frame=Blob(b"\x00\xff"))
 @example(frame=Blob(b'{"type": "resume", "after_seq": 0}'))
 @example(frame='{"type": "resume", "after_seq": 18446744073709551616}')
@@ -257,27 +175,21 @@ def _decisive(frame: dict[str, Any]) -> bool:
 @example(frame='{"type": "message", "text": "/status"}')
 @example(frame=LongText('{"type": "message", "text": "' + "x" * 300_000 + '"}'))
 def test_web_chat_socket_survives_bad_frames(server: FuzzServer, frame: str | bytes) -> None:
-    expect = expect_frame(frame)
+    expect = oracle.expect_frame(frame)
     what = frame[:300]
-    token, conversation_id = server.visitor()
-    assert server.call(server.gw.send(token, "seed")).status_code == 200
+    visitor = server.visitor(seeded=True)
     mark = server.last_message_id()
     server.begin(frame)
 
-    with ws_connect(server.ws_url(token), open_timeout=10, close_timeout=5) as ws:
+    with open_socket(server, visitor.token) as ws:
         ws.send(frame)
         seen: list[dict[str, Any]] = []
         acked: dict[str, Any] | None = None
-        waits_for_answer = expect.verdict is not FrameVerdict.RESUMED and (
-            expect.verdict is not FrameVerdict.EITHER or expect.text is not None
-        )
-        if waits_for_answer:
-            seen = frames_until(server, ws, _decisive, what)
+        if expect.answered:
+            seen = frames_until(server, ws, typed("ack", "error"), what)
             answer = seen[-1]
-            if expect.verdict is FrameVerdict.ACK:
-                assert answer["type"] == "ack", (what, expect.why, seen)
-            if expect.verdict is FrameVerdict.ERROR:
-                assert answer["type"] == "error", (what, expect.why, seen)
+            if expect.verdict in (FrameVerdict.ACK, FrameVerdict.ERROR):
+                assert answer["type"] == expect.verdict.value, (what, expect.why, seen)
             if answer["type"] == "error":
                 assert isinstance(answer.get("detail"), str), answer
                 assert answer["detail"], answer
@@ -286,14 +198,10 @@ def test_web_chat_socket_survives_bad_frames(server: FuzzServer, frame: str | by
                 assert answer["seq"] == 3, answer
                 # The turn it started (a reply, or a command's answer) ends before the
                 # next example begins.
-                seen += frames_until(
-                    server, ws, lambda f: f.get("type") == "message" and f.get("seq") == 4, what
-                )
+                seen += frames_until(server, ws, message_at(4), what)
         # Still usable: a resume brings the conversation back from its first message.
         ws.send('{"type": "resume", "after_seq": 0}')
-        seen += frames_until(
-            server, ws, lambda f: f.get("type") == "message" and f.get("seq") == 1, what
-        )
+        seen += frames_until(server, ws, message_at(1), what)
         if expect.verdict is FrameVerdict.RESUMED:
             assert [f for f in seen if f.get("type") == "error"] == [], (what, seen)
         assert acked is not None or [f for f in seen if f.get("type") == "ack"] == [], seen
@@ -303,80 +211,65 @@ def test_web_chat_socket_survives_bad_frames(server: FuzzServer, frame: str | by
         assert stored == [], f"no ack for {what!r} but stored {stored}"
     else:
         assert [(m.conversation_id, m.seq, m.text) for m in stored] == [
-            (conversation_id, 3, expect.text)
+            (visitor.conversation_id, 3, expect.text)
         ], (what, stored)
         server.wait_until_answered(stored[0])
-    texts = [m["text"] for m in server.call(server.gw.history(token)) if m["role"] == "user"]
-    assert texts == ["seed"] + ([] if acked is None else [expect.text]), what
+    assert server.user_texts(visitor) == ["seed"] + ([] if acked is None else [expect.text]), what
     server.assert_no_errors(what)
 
 
 @examples(20)
-@given(odd=odd_tokens())
+@given(odd=webchat_inputs.odd_tokens())
 @example(odd=TOKEN_LIKE[:-1] + "\u00e9")
 @example(odd=TOKEN_LIKE[:-1] + "\ud800")
 @example(odd="wc1.\x00.\x00")
 def test_web_chat_socket_refuses_odd_tokens(server: FuzzServer, odd: str) -> None:
     server.begin(odd)
-    url = (
-        server.url.replace("http", "ws", 1)
-        + "/webchat/ws?token="
-        + quote(odd.encode("utf-8", "surrogatepass"), safe="")
-    )
-    with ws_connect(url, open_timeout=10, close_timeout=5) as ws:
+    with open_socket(server, odd) as ws:
         [refusal] = frames_until(server, ws, lambda _: True, odd)
-        with pytest.raises(ConnectionClosed) as closed:
-            ws.recv(timeout=FRAME_SECONDS)
+        code = close_code(ws)
     assert refusal["type"] == "error", refusal
     assert refusal["code"] == "unauthorized", refusal
-    assert closed.value.rcvd is not None
-    assert closed.value.rcvd.code == 4401, (odd, closed.value)
+    assert code == 4401, (odd, code)
     server.assert_no_errors(odd)
 
 
 # -- signed platform webhooks -------------------------------------------------------------------
 
 
-def _platform_text_is_definite(text: str) -> bool:
-    """Text a connector must store as it came (cleaned): not blank once cleaned, not a
-    command, within the platform's length."""
-    cleaned = clean(text)
-    return (
-        bool(cleaned.strip())
-        and not cleaned.lstrip().startswith("/")
-        and len(as_received(text).encode("utf-16-le", "surrogatepass")) // 2 <= PLATFORM_TEXT_LIMIT
-    )
+def check_signed_case(server: FuzzServer, case: cases.PlatformCase, ascii_only: bool) -> None:
+    """A correctly signed payload: well-shaped → 200; malformed may get a 4xx, never a
+    5xx; stored at most once (exactly once when its text must be), clean, and answered;
+    a well-shaped one stored as sent, cleaned."""
+    body = cases.payload_bytes(case.build(cases.fresh_id()), ascii_only)
+    mark = server.last_message_id()
+    server.begin((case, ascii_only))
+    response = server.webhook(case.channel, body)
 
-
-def _check_platform_message(
-    server: FuzzServer,
-    response_status: int,
-    stored: list[Stored],
-    *,
-    well_shaped: bool,
-    definite: bool,
-    what: object,
-) -> None:
-    """Shared rules for a signed webhook: well-shaped → 200; a malformed shape may get
-    a 4xx, never a 5xx; stored at most once, clean, and answered."""
-    if well_shaped:
-        assert response_status == 200, what
-    else:
-        assert response_status == 200 or is_4xx(response_status), (response_status, what)
-    if is_4xx(response_status):
-        assert stored == [], f"refused with {response_status} but stored {stored}"
-    if well_shaped and definite:
-        assert len(stored) == 1, (what, stored)
-    assert len(stored) <= 1, (what, stored)
+    server.assert_not_5xx(response, case)
+    status, stored = response.status_code, server.incoming_since(mark)
+    well_shaped = not case.mutations
+    assert status == 200 or (not well_shaped and oracle.is_4xx(status)), (status, case)
+    if oracle.is_4xx(status):
+        assert stored == [], f"refused with {status} but stored {stored}"
+    assert len(stored) <= 1, (case, stored)
+    if well_shaped and case.always_stored:
+        assert len(stored) == 1, (case, stored)
     for message in stored:
-        assert not unsafe_text(message.text), f"stored unclean text {message.text!r}"
-        assert not unsafe_text(message.author_name), f"unclean name {message.author_name!r}"
+        assert storable(message.text), f"stored unclean text {message.text!r}"
+        assert storable(message.author_name), f"unclean name {message.author_name!r}"
         if message.role == "user":
             server.wait_until_answered(message)
+    if well_shaped and stored:
+        [message] = stored
+        assert (message.channel, message.role) == (case.channel, case.role), message
+        assert cases.holds_text(case, message.text), (message.text, clean(case.text))
+        assert message.author_name == case.author, (message.author_name, case.author)
+    server.assert_no_errors(case)
 
 
 @examples(40)
-@given(case=telegram_cases(), ascii_only=st.booleans())
+@given(case=cases.telegram_cases(), ascii_only=st.booleans())
 @example(case=TelegramCase("text", "a\x00b", "Ann", None, ()), ascii_only=True)
 @example(case=TelegramCase("text", "\ud800 lone", "Ann", None, ()), ascii_only=True)
 @example(case=TelegramCase("text", "\u202e\ufffe\U0010ffff", "Ann", None, ()), ascii_only=False)
@@ -399,36 +292,11 @@ def _check_platform_message(
 def test_signed_telegram_updates_are_stored_clean(
     server: FuzzServer, case: TelegramCase, ascii_only: bool
 ) -> None:
-    body = payload_bytes(case.build(fresh_id()), ascii_only)
-    mark = server.last_message_id()
-    server.begin((case, ascii_only))
-    response = server.call(server.platforms.telegram(body))
-
-    server.assert_not_5xx(response, case)
-    stored = server.incoming_since(mark)
-    definite = case.kind == "caption" or _platform_text_is_definite(case.text)
-    _check_platform_message(
-        server,
-        response.status_code,
-        stored,
-        well_shaped=case.well_shaped,
-        definite=definite,
-        what=case,
-    )
-    if case.well_shaped and stored:
-        [message] = stored
-        assert message.channel == "telegram"
-        assert message.role == ("event" if case.kind == "edit" else "user"), message
-        if case.kind == "caption":
-            assert cleaned_within(message.text, case.text, at_end=True), message
-        else:
-            assert cleaned_equal(message.text, case.text), (message.text, clean(case.text))
-        check_clean_name(message.author_name, case.full_name, case)
-    server.assert_no_errors(case)
+    check_signed_case(server, case, ascii_only)
 
 
 @examples(40)
-@given(case=whatsapp_cases(), ascii_only=st.booleans())
+@given(case=cases.whatsapp_cases(), ascii_only=st.booleans())
 @example(case=WhatsAppCase("text", "a\x00b", "Kim", ()), ascii_only=True)
 @example(case=WhatsAppCase("text", "\udfff lone", "Kim", ()), ascii_only=True)
 @example(case=WhatsAppCase("text", "hi", "\x00\ud800", ()), ascii_only=True)
@@ -442,37 +310,11 @@ def test_signed_telegram_updates_are_stored_clean(
 def test_signed_whatsapp_notifications_are_stored_clean(
     server: FuzzServer, case: WhatsAppCase, ascii_only: bool
 ) -> None:
-    body = payload_bytes(case.build(fresh_id(), PHONE_NUMBER_ID), ascii_only)
-    mark = server.last_message_id()
-    server.begin((case, ascii_only))
-    response = server.call(server.platforms.whatsapp(body))
-
-    server.assert_not_5xx(response, case)
-    stored = server.incoming_since(mark)
-    # Placeholders (a photo, a reaction) are stored whatever their text.
-    definite = case.kind in ("image", "reaction") or _platform_text_is_definite(case.text)
-    _check_platform_message(
-        server,
-        response.status_code,
-        stored,
-        well_shaped=case.well_shaped,
-        definite=definite,
-        what=case,
-    )
-    if case.well_shaped and stored:
-        [message] = stored
-        assert message.channel == "whatsapp"
-        assert message.role == ("event" if case.kind == "reaction" else "user"), message
-        if case.kind in ("image", "reaction"):  # a labelled placeholder around the text
-            assert cleaned_within(message.text, case.text, at_end=case.kind == "image"), message
-        else:
-            assert cleaned_equal(message.text, case.text), (message.text, clean(case.text))
-        check_clean_name(message.author_name, case.name, case)
-    server.assert_no_errors(case)
+    check_signed_case(server, case, ascii_only)
 
 
 @examples(30)
-@given(raw=junk_bodies, platform=st.sampled_from(["telegram", "whatsapp"]))
+@given(raw=strategies.junk_bodies, platform=st.sampled_from(["telegram", "whatsapp"]))
 @example(raw=Blob(b"[" * 200_000), platform="telegram")
 @example(raw=Blob(b"[" * 200_000), platform="whatsapp")
 @example(raw=Blob(b'{"update_id": NaN}'), platform="telegram")
@@ -484,45 +326,36 @@ def test_signed_webhooks_with_junk_bodies_store_nothing(
 ) -> None:
     mark = server.last_message_id()
     server.begin((platform, raw[:2000]))
-    if platform == "telegram":
-        response = server.call(server.platforms.telegram(raw))
-    else:
-        response = server.call(server.platforms.whatsapp(raw))
+    response = server.webhook(platform, raw)
 
     what = (platform, raw[:300])
     server.assert_not_5xx(response, what)
     if len(raw) > MAX_BODY_BYTES:
         assert response.status_code == 413, what
     else:
-        assert response.status_code == 200 or is_4xx(response.status_code), what
+        assert response.status_code == 200 or oracle.is_4xx(response.status_code), what
     assert server.incoming_since(mark) == [], what
     server.assert_no_errors(what)
 
 
 @examples(15)
-@given(value=header_bytes, platform=st.sampled_from(["telegram", "whatsapp"]))
+@given(value=webchat_inputs.header_bytes, platform=st.sampled_from(["telegram", "whatsapp"]))
 @example(value=WEBHOOK_SECRET.encode()[:-1] + b"\xe9", platform="telegram")
 @example(value=b"sha256=\xff\xfe", platform="whatsapp")
 @example(value=b"", platform="whatsapp")
 def test_webhooks_refuse_odd_credentials(server: FuzzServer, value: bytes, platform: str) -> None:
-    update = TelegramCase("text", "forged", "Eve", None, ()).build(fresh_id())
-    body = json.dumps(update).encode()
     if platform == "telegram":
-        header = SECRET_HEADER.encode()
-        genuine = WEBHOOK_SECRET.encode()
+        update = TelegramCase("text", "forged", "Eve", None, ()).build(cases.fresh_id())
+        body, header, genuine = json.dumps(update).encode(), SECRET_HEADER, WEBHOOK_SECRET
     else:
-        body, good = signed(
-            WhatsAppCase("text", "forged", "Eve", ()).build(fresh_id(), PHONE_NUMBER_ID)
-        )
-        header = b"x-hub-signature-256"
-        genuine = good["X-Hub-Signature-256"].encode()
-    if value.strip() == genuine:
+        body, good = signed(WhatsAppCase("text", "forged", "Eve", ()).build(cases.fresh_id()))
+        header, genuine = "x-hub-signature-256", good["X-Hub-Signature-256"]
+    if value.strip() == genuine.encode():
         value += b"0"
     mark = server.last_message_id()
     server.begin((platform, value))
-    path = f"/webhooks/{platform}"
-    headers = [(header, value), (b"content-type", b"application/json")]
-    response = server.request("POST", path, content=body, headers=headers)
+    headers = [(header.encode(), value), (b"content-type", b"application/json")]
+    response = server.request("POST", f"/webhooks/{platform}", content=body, headers=headers)
 
     server.assert_not_5xx(response, value)
     assert response.status_code in (401, 403), (value, response.status_code)
@@ -532,31 +365,14 @@ def test_webhooks_refuse_odd_credentials(server: FuzzServer, value: bytes, platf
 
 # -- operator API -----------------------------------------------------------------------------------
 
-
-def _uuid_verdict(value: str) -> Verdict:
-    try:
-        parsed = uuid.UUID(value)
-    except ValueError:
-        return Verdict.REJECT
-    return Verdict.ACCEPT if str(parsed) == value.lower() else Verdict.EITHER
-
-
-rest_params = st.fixed_dictionaries(
-    {},
-    optional={
-        "limit": query_value,
-        "offset": query_value,
-        "after_seq": query_value,
-        "user_id": st.one_of(st.uuids().map(str), fuzz_text),
-    },
-)
+uuids_or_text = st.one_of(st.uuids().map(str), strategies.fuzz_text)
 
 
 @examples(30)
 @given(
     listing=st.booleans(),
-    given_params=rest_params,
-    session=st.one_of(st.none(), st.uuids().map(str), fuzz_text),
+    given_params=strategies.query_params("limit", "offset", "after_seq", user_id=uuids_or_text),
+    session=st.one_of(st.none(), uuids_or_text),
 )
 @example(listing=True, given_params={"offset": str(INT64_MAX + 1)}, session=None)
 @example(listing=True, given_params={"offset": str(2**31), "limit": "500"}, session=None)
@@ -566,7 +382,7 @@ rest_params = st.fixed_dictionaries(
 @example(listing=True, given_params={"user_id": "\ud800"}, session=None)
 def test_rest_api_queries(
     server: FuzzServer,
-    seeded: Seeded,
+    seeded: Visitor,
     listing: bool,
     given_params: dict[str, str],
     session: str | None,
@@ -577,35 +393,22 @@ def test_rest_api_queries(
     else:
         bounds = {"after_seq": (0, INT64_MAX), "limit": (1, 1000)}
     params = {k: v for k, v in given_params.items() if k in bounds or (listing and k == "user_id")}
-    verdicts = [
-        _uuid_verdict(value) if name == "user_id" else int_param(value, *bounds[name])
-        for name, value in params.items()
-    ]
-    if session is None:
-        session = str(seeded.conversation_id)
-    path = "/api/v1/sessions"
-    if not listing:
-        path += f"/{quote(session.encode('utf-8', 'surrogatepass'), safe='')}/messages"
+    verdict = oracle.query_verdict(params, bounds)
+    session = str(seeded.conversation_id) if session is None else session
+    path = "/api/v1/sessions" if listing else f"/api/v1/sessions/{url_quoted(session)}/messages"
     server.begin((path, params))
-    url = path + ("?" + query_string(params) if params else "")
-    response = server.request("GET", url, headers=ADMIN)
+    url = path + query_string(params)
+    response = server.request("GET", url, headers=bearer(ADMIN_TOKEN))
 
     what = (url, params)
     server.assert_not_5xx(response, what)
     found = listing or session == str(seeded.conversation_id)
-    session_verdict = Verdict.ACCEPT if listing else _uuid_verdict(session)
-    if Verdict.REJECT in verdicts:
-        allowed = {422} if session_verdict is Verdict.ACCEPT else {404, 422}
-    elif session_verdict is Verdict.REJECT:
-        allowed = {404, 422}
-    elif Verdict.EITHER in verdicts or session_verdict is Verdict.EITHER:
-        allowed = {200, 404, 422}
-    else:
-        allowed = {200} if found else {404}
+    session_verdict = Verdict.ACCEPT if listing else oracle.uuid_verdict(session)
+    allowed = oracle.rest_statuses(verdict, session_verdict, found)
     assert response.status_code in allowed, (what, response.status_code, response.text[:300])
     if response.status_code == 200:
         body = response.json()
         assert isinstance(body["sessions" if listing else "messages"], list), body
     else:
-        assert_json_error(response, what)
+        oracle.assert_json_error(response, what)
     server.assert_no_errors(what)

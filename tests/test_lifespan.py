@@ -67,4 +67,3 @@ async def test_shutdown_goes_on_past_a_stage_that_fails(
 
     assert closed == ["webchat", "jobs"]
     assert services.engine.pool.checkedout() == 0
-

@@ -10,12 +10,18 @@ T = TypeVar("T")
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T]], *, until: Callable[[T], bool], seconds: float = 10.0
+    probe: Callable[[], Awaitable[T]],
+    *,
+    until: Callable[[T], bool],
+    seconds: float = 10.0,
+    interval: float = 0.02,
 ) -> T:
-    """Call `probe` until `until(result)` holds; fail after `seconds`."""
+    """Call `probe` every `interval` until `until(result)` holds; fail after `seconds`.
+
+    A probe that costs (a query of every message) wants a longer interval."""
     async with asyncio.timeout(seconds):
         while True:
             result = await probe()
             if until(result):
                 return result
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(interval)
