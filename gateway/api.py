@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from gateway.deps import AdminDep, ServicesDep
 from gateway.text import MAX_INT64
+from gateway.wire import MessageOut
 from memory.store import ConversationView, StoredMessage
 
 router = APIRouter(prefix="/api/v1", tags=["operators"], dependencies=[AdminDep])
@@ -46,14 +47,11 @@ class SessionList(BaseModel):
     offset: int
 
 
-class OperatorMessage(BaseModel):
-    seq: int
-    role: str
-    text: str
-    channel: str
+class OperatorMessage(MessageOut):
+    """A message as operators see it: who and what produced it, and its delivery."""
+
     source: str | None
     author_name: str
-    created_at: datetime
     platform_message_id: str | None
     delivery: str | None
     # The platform's reason when delivery failed (or is being retried).
@@ -62,13 +60,9 @@ class OperatorMessage(BaseModel):
     @classmethod
     def of(cls, message: StoredMessage) -> OperatorMessage:
         return cls(
-            seq=message.seq,
-            role=message.role.value,
-            text=message.text,
-            channel=message.channel,
+            **cls._fields(message),
             source=message.source,
             author_name=message.author_name,
-            created_at=message.created_at,
             platform_message_id=message.platform_message_id,
             delivery=None if message.delivery is None else message.delivery.value,
             delivery_error=message.delivery_error,

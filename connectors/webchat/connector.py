@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, WebSocket, status
 from fastapi.responses import HTMLResponse
 
-from connectors.webchat.schema import ExchangeOut, HistoryOut, MessageOut, SendIn, SessionOut
+from connectors.webchat.schema import ExchangeOut, HistoryOut, NewVisitorOut, SendIn
 from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
 from gateway.core import Core, Received
@@ -20,6 +20,7 @@ from gateway.ratelimit import RateLimit, Slots
 from gateway.secrets import signing_key
 from gateway.settings import Settings
 from gateway.text import MAX_INT64
+from gateway.wire import MessageOut
 from memory.store import IdentityRef
 
 CHANNEL = "webchat"
@@ -139,10 +140,10 @@ def _router(connector: WebchatConnector) -> APIRouter:
         status_code=status.HTTP_201_CREATED,
         responses={429: {"description": "too many new sessions from this address"}},
     )
-    async def new_session(request: Request) -> SessionOut:
+    async def new_session(request: Request) -> NewVisitorOut:
         connector.new_sessions.take(request.client.host if request.client else "")
         visitor, token = await connector.new_visitor()
-        return SessionOut(token=token, conversation_id=visitor.identity.conversation_id)
+        return NewVisitorOut(token=token, conversation_id=visitor.identity.conversation_id)
 
     @router.post(
         "/webchat/messages",

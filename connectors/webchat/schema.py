@@ -8,30 +8,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
 
 from gateway.text import MAX_INT64, StorableText
-from memory.store import StoredMessage
+from gateway.wire import MessageOut
 
 ClientId = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[\w.:-]+$")]
 
 
-class MessageOut(BaseModel):
-    seq: int
-    role: Literal["user", "assistant", "event"]
-    text: str
-    channel: str
-    created_at: str
-
-    @classmethod
-    def of(cls, message: StoredMessage) -> MessageOut:
-        return cls(
-            seq=message.seq,
-            role=message.role.value,
-            text=message.text,
-            channel=message.channel,
-            created_at=message.created_at.isoformat(),
-        )
-
-
-class SessionOut(BaseModel):
+class NewVisitorOut(BaseModel):
     token: str
     conversation_id: uuid.UUID
 

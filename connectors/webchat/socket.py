@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from connectors.webchat.schema import ClientFrame, MessageOut, ResumeFrame
+from connectors.webchat.schema import ClientFrame, ResumeFrame
 from gateway.errors import AccessRefused, AuthError, InputError, RateLimited
 from gateway.http_errors import validation_errors
 from gateway.hub import DeltaEvent, Event, MessageEvent, Overflow
+from gateway.wire import MessageOut
 from memory.store import StoredMessage
 
 if TYPE_CHECKING:
@@ -82,7 +83,9 @@ class _Outbox:
                 return
 
     async def _send_message(self, message: StoredMessage) -> None:
-        await self._ws.send_json({"type": "message", **MessageOut.of(message).model_dump()})
+        await self._ws.send_json(
+            {"type": "message", **MessageOut.of(message).model_dump(mode="json")}
+        )
         self._sent_seq = message.seq
 
 
