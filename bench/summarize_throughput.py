@@ -286,8 +286,11 @@ class Bench:
 
         async def handler(job: str, arg: str) -> None:
             ran[job] += 1
-            if job != EXTRACT:  # the profile's job, not the summariser's
-                await jobs.run(job, arg)
+            if job == SUMMARIZE:
+                await jobs.summarize(int(arg))
+            elif job == ROLLUP:
+                await jobs.rollup(uuid.UUID(arg))
+            # EXTRACT is the profile's job, not the summariser's: counted only.
 
         queue.serve(handler)
         await queue.start()

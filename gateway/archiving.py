@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from gateway.clock import Clock
 from gateway.jobqueue import JobQueue
@@ -70,7 +72,8 @@ def profile_limits(settings: Settings) -> ProfileLimits:
 
 
 class MemoryJobs:
-    """Every background job of the memory, by name: what a queue runs and sweeps."""
+    """Every background job of the memory, one typed method each, and by queue name
+    (`run`, for the embedded runner and the arq worker alike)."""
 
     def __init__(
         self, archive: ArchiveJobs, profile: ProfileJobs, leases: Leases, lease: timedelta
@@ -81,23 +84,45 @@ class MemoryJobs:
         self._lease = lease
 
     async def run(self, job: str, arg: str) -> None:
-        if job == SUMMARIZE:  # the chunk's own lease says who summarises it
-            await self._archive.run(job, arg)
-            return
+        try:
+            handler = JOBS[job]
+        except KeyError:
+            raise ValueError(f"unknown job {job!r}") from None
+        await handler(self, arg)
+
+    async def summarize(self, chunk_id: int) -> None:
+        # The chunk's own lease says who summarises it.
+        await self._archive.summarize(chunk_id)
+
+    async def rollup(self, conversation_id: uuid.UUID) -> None:
+        await self._leased(f"{ROLLUP}:{conversation_id}", self._archive.rollup(conversation_id))
+
+    async def extract(self, chunk_id: int) -> None:
+        await self._leased(f"{EXTRACT}:{chunk_id}", self._profile.extract(chunk_id))
+
+    async def tidy(self, user_id: uuid.UUID) -> None:
+        await self._leased(f"{TIDY}:{user_id}", self._profile.tidy(user_id))
+
+    async def _leased(self, name: str, work: Coroutine[Any, Any, None]) -> None:
         # A queue may hand out the same job twice (a retry of one whose worker died,
         # the sweep); the lease lets one run and the others return at once.
-        async with self._leases.hold(f"job:{job}:{arg}", self._lease) as mine:
-            if not mine:
+        async with self._leases.hold(f"job:{name}", self._lease) as mine:
+            if mine:
+                await work
                 return
-            if job == EXTRACT:
-                await self._profile.extract(int(arg))
-            elif job == TIDY:
-                await self._profile.tidy(uuid.UUID(arg))
-            else:
-                await self._archive.run(job, arg)
+        work.close()  # never awaited: nothing of it ran
 
     async def sweep(self) -> int:
         return await self._archive.sweep() + await self._profile.sweep()
+
+
+# Queue name -> the typed job, its argument parsed from the queue's string.
+JOBS: dict[str, Callable[[MemoryJobs, str], Awaitable[None]]] = {
+    SUMMARIZE: lambda jobs, arg: jobs.summarize(int(arg)),
+    ROLLUP: lambda jobs, arg: jobs.rollup(uuid.UUID(arg)),
+    EXTRACT: lambda jobs, arg: jobs.extract(int(arg)),
+    TIDY: lambda jobs, arg: jobs.tidy(uuid.UUID(arg)),
+}
 
 
 def build_jobs(

@@ -13,16 +13,17 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from arq import ArqRedis, cron, func
 from arq.connections import RedisSettings
+from arq.typing import WorkerCoroutine
 from arq.worker import Worker
 from redis.asyncio import ConnectionPool
 from redis.exceptions import RedisError
 
-from gateway.archiving import MemoryJobs, build_jobs, memory_limits
+from gateway.archiving import JOBS, MemoryJobs, build_jobs, memory_limits
 from gateway.backoff import full_jitter
 from gateway.clock import SystemClock
 from gateway.llm import build_provider
@@ -33,7 +34,6 @@ from memory.leases import Leases
 from memory.profile import Profiles
 from memory.store import Store
 
-RUN_JOB = "run_job"
 QUEUE_NAME = "parley:jobs"
 # Generous: a summary of a large chunk on a slow model takes minutes. A worker killed
 # mid-job is recovered through the chunk lease, not through this timeout.
@@ -95,7 +95,7 @@ class ArqQueue:
         try:
             # None back means a job with this id is queued or running: that is the point.
             await self._pool.enqueue_job(
-                RUN_JOB, job, arg, _job_id=job_id, _defer_by=defer or None, _queue_name=QUEUE_NAME
+                job, arg, _job_id=job_id, _defer_by=defer or None, _queue_name=QUEUE_NAME
             )
         except REDIS_DOWN as exc:
             log.warning("could not queue a job; the sweep will", key=key, error=str(exc))
@@ -129,9 +129,17 @@ async def _shutdown(ctx: dict[str, Any]) -> None:
         await engine.dispose()
 
 
-async def run_job(ctx: dict[str, Any], job: str, arg: str) -> None:
-    jobs: MemoryJobs = ctx["jobs"]
-    await jobs.run(job, arg)
+def _arq_job(name: str) -> WorkerCoroutine:
+    """The arq function for one job: named for it, running the same typed job the
+    embedded runner runs."""
+
+    async def job(ctx: dict[str, Any], arg: str) -> None:
+        jobs: MemoryJobs = ctx["jobs"]
+        await JOBS[name](jobs, arg)
+
+    job.__qualname__ = job.__name__ = name
+    # arq's protocol takes any arguments; ours is exactly the one the queue sends.
+    return cast(WorkerCoroutine, job)
 
 
 async def sweep(ctx: dict[str, Any]) -> None:
@@ -192,7 +200,10 @@ def build_worker(
     if not settings.redis_url:
         raise ValueError("PARLEY_REDIS_URL is required for `parley worker`")
     return Worker(
-        functions=[func(run_job, name=RUN_JOB, max_tries=1, timeout=JOB_TIMEOUT_SECONDS)],
+        functions=[
+            func(_arq_job(name), name=name, max_tries=1, timeout=JOB_TIMEOUT_SECONDS)
+            for name in JOBS
+        ],
         cron_jobs=[cron(sweep, second=SWEEP_SECONDS, run_at_startup=True, unique=True)],
         redis_settings=RedisSettings.from_dsn(settings.redis_url),
         queue_name=QUEUE_NAME,

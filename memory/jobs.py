@@ -80,14 +80,6 @@ class ArchiveJobs:
         self._retry = retry
         self._sweep_grace = sweep_grace
 
-    async def run(self, job: str, arg: str) -> None:
-        if job == SUMMARIZE:
-            await self.summarize(int(arg))
-        elif job == ROLLUP:
-            await self.rollup(uuid.UUID(arg))
-        else:
-            raise ValueError(f"unknown job {job!r}")
-
     async def summarize(self, chunk_id: int) -> None:
         claim = await self._archive.claim(chunk_id, self._now(), self._lease)
         if claim is None:
