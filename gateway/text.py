@@ -46,7 +46,7 @@ _NONCHARACTERS = re.compile(
 
 
 def clean(text: str) -> str:
-    """Platform text made storable, changing nothing that already is."""
+    """Platform text made clean (see the module docstring); clean text comes back as is."""
     if "\x00" in text:
         text = text.replace("\x00", "")
     try:
