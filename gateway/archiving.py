@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from gateway.clock import Clock
 from gateway.jobqueue import JobQueue
@@ -32,6 +32,8 @@ from memory.profile_jobs import TIDY, ProfileJobs, ProfileLimits
 from memory.store import Store
 from memory.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer
 from memory.transcript import transcript_path, write_transcript
+
+T = TypeVar("T")
 
 
 def memory_limits(settings: Settings) -> MemoryLimits:
@@ -95,22 +97,20 @@ class MemoryJobs:
         await self._archive.summarize(chunk_id)
 
     async def rollup(self, conversation_id: uuid.UUID) -> None:
-        await self._leased(f"{ROLLUP}:{conversation_id}", self._archive.rollup(conversation_id))
+        await self._leased(f"{ROLLUP}:{conversation_id}", self._archive.rollup, conversation_id)
 
     async def extract(self, chunk_id: int) -> None:
-        await self._leased(f"{EXTRACT}:{chunk_id}", self._profile.extract(chunk_id))
+        await self._leased(f"{EXTRACT}:{chunk_id}", self._profile.extract, chunk_id)
 
     async def tidy(self, user_id: uuid.UUID) -> None:
-        await self._leased(f"{TIDY}:{user_id}", self._profile.tidy(user_id))
+        await self._leased(f"{TIDY}:{user_id}", self._profile.tidy, user_id)
 
-    async def _leased(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+    async def _leased(self, name: str, work: Callable[[T], Awaitable[None]], arg: T) -> None:
         # A queue may hand out the same job twice (a retry of one whose worker died,
         # the sweep); the lease lets one run and the others return at once.
         async with self._leases.hold(f"job:{name}", self._lease) as mine:
             if mine:
-                await work
-                return
-        work.close()  # never awaited: nothing of it ran
+                await work(arg)
 
     async def sweep(self) -> int:
         return await self._archive.sweep() + await self._profile.sweep()

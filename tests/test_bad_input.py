@@ -105,6 +105,8 @@ async def test_the_socket_answers_every_bad_frame_and_stays_usable(
         json.dumps({"type": "resume", "after_seq": "5"}),
         json.dumps({"type": "message", "text": "hi", "extra": 1}),
         json.dumps({"type": "message", "text": "x" * 5000}),
+        # Fewer characters than the limit, more bytes: the limit is in bytes.
+        json.dumps({"type": "message", "text": "é" * 3000}, ensure_ascii=False),
     ]
     settings = make_settings(database_url, tmp_path, llm, max_body_bytes=4096)
     async with running_gateway(settings) as gw:
@@ -121,7 +123,7 @@ async def test_the_socket_answers_every_bad_frame_and_stays_usable(
 
     assert [e["type"] for e in errors] == ["error"] * len(frames)
     codes = [e["code"] for e in errors]
-    assert codes == ["bad_frame"] * 3 + ["bad_frame"] * 6 + ["too_large"], errors
+    assert codes == ["bad_frame"] * 9 + ["too_large"] * 2, errors
     assert "NUL" in errors[3]["detail"]
     assert unauthorized["code"] == "unauthorized"
 

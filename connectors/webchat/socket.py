@@ -124,7 +124,7 @@ async def _converse(websocket: WebSocket, connector: WebchatConnector, visitor: 
                     await outbox.error(
                         "bad_frame", "binary frames are not supported: send JSON text"
                     )
-                elif len(raw) > max_bytes and len(raw.encode("utf-8", "replace")) > max_bytes:
+                elif _larger_than(raw, max_bytes):
                     await outbox.error("too_large", f"frame is larger than {max_bytes} bytes")
                 else:
                     await _handle(raw, connector, visitor, outbox)
@@ -162,6 +162,16 @@ async def _handle(raw: str, connector: WebchatConnector, visitor: Visitor, outbo
         await outbox.error("bad_message", str(exc), client_id=client_id)
     else:
         await outbox.frame({"type": "ack", "client_id": client_id, "seq": received.message.seq})
+
+
+def _larger_than(text: str, max_bytes: int) -> bool:
+    """Is `text` over `max_bytes` in UTF-8? A character is 1 to 4 bytes, so most frames
+    are judged by their length alone, without encoding them."""
+    if len(text) > max_bytes:
+        return True
+    if len(text) * 4 <= max_bytes:
+        return False
+    return len(text.encode("utf-8", "replace")) > max_bytes
 
 
 def _limited(exc: RateLimited) -> dict[str, Any]:
