@@ -4,11 +4,11 @@
                                      [--database-url URL] [--json]
 
 "Context assembly" is everything a turn does before it calls the model:
-`ArchiveMemory.before_turn` (swap + timeline + profile read), `Store.load_turn` (the
+`ArchiveMemory.before_turn` (swap + timeline + profile read), `Conversations.load_turn` (the
 live window) and the rendering of the system prompt and the live turns with the same
 functions `TurnRunner._model` uses (checked once per run: the prompt built here is
 compared with the one `TurnRunner._model` hands to the model). Timed apart: the parts
-of `before_turn`, `after_turn`, and `Store.owes_reply` (where the runner has it: the
+of `before_turn`, `after_turn`, and `Conversations.owes_reply` (where the runner has it: the
 small read a turn loop makes before each round after its first).
 
 Each archive is written straight into the database with bulk inserts on the real tables,
@@ -60,26 +60,21 @@ from bench.memory_support import (
     scratch_dir,
     sqlite_url,
 )
-from gateway.archiving import ArchiveMemory, MemoryJobs, build_jobs
 from gateway.clock import SystemClock
-from gateway.hub import Hub
+from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs
 from gateway.llm import Prompt, build_provider
-from gateway.persona import load_persona
 from gateway.settings import Settings
-from gateway.turns import TurnContext, TurnLimits, TurnRunner
-from memory.archive import Archive
-from memory.context import (
-    clock_context,
-    fit_to_budget,
-    render_live,
-    render_timeline,
-    system_prompt,
-)
-from memory.db import session_factory
-from memory.jobs import ROLLUP
-from memory.leases import Leases
-from memory.limits import MemoryLimits
-from memory.models import (
+from gateway.turns.hub import Hub
+from gateway.turns.persona import load_persona
+from gateway.turns.runner import TurnContext, TurnLimits, TurnRunner
+from memory.archive.archive import Archive
+from memory.archive.jobs import ROLLUP
+from memory.archive.limits import MemoryLimits
+from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
+from memory.profile.profiles import Profiles
+from memory.storage.conversations import TurnState
+from memory.storage.engine import session_factory
+from memory.storage.models import (
     Chunk,
     ChunkStatus,
     Conversation,
@@ -91,8 +86,7 @@ from memory.models import (
     Role,
     User,
 )
-from memory.profile import Profiles
-from memory.store import Store, TurnState
+from memory.storage.repositories import Repositories
 from memory.tokens import estimate_tokens, message_tokens
 
 GOAL_RATIO = 1.2
@@ -487,7 +481,7 @@ class Subject:
     label: str
     seeded: Seeded
     engine: AsyncEngine
-    store: Store
+    repos: Repositories
     archive: Archive
     profiles: Profiles
     memory: ArchiveMemory
@@ -513,7 +507,8 @@ def subject(
     label: str, seeded: Seeded, engine: AsyncEngine, limits: MemoryLimits, scratch: Path
 ) -> Subject:
     sessions = session_factory(engine)
-    store, archive, profiles = Store(sessions), Archive(sessions, limits), Profiles(sessions)
+    repos = Repositories.open(sessions, count_tokens=message_tokens, now=lambda: datetime.now(UTC))
+    archive, profiles = Archive(sessions, limits), Profiles(sessions)
     queue, job_queue = CountingQueue(), CountingQueue()
     clock = FixedClock(datetime.now(UTC))
     memory = ArchiveMemory(archive, profiles, queue, clock, scratch / "archive")
@@ -522,14 +517,13 @@ def subject(
     jobs = build_jobs(
         settings,
         archive=archive,
-        store=store,
+        repos=repos,
         profiles=profiles,
         provider=build_provider(settings),
         enqueue=job_queue.enqueue,
         clock=SystemClock(),
-        leases=Leases(sessions, SystemClock().now),
     )
-    return Subject(label, seeded, engine, store, archive, profiles, memory, queue, jobs, job_queue)
+    return Subject(label, seeded, engine, repos, archive, profiles, memory, queue, jobs, job_queue)
 
 
 async def assemble(
@@ -538,7 +532,7 @@ async def assemble(
     started = time.perf_counter()
     context = await s.memory.before_turn(s.conversation_id)
     t_before = time.perf_counter()
-    state = await s.store.load_turn(s.conversation_id)
+    state = await s.repos.conversations.load_turn(s.conversation_id)
     t_load = time.perf_counter()
     assert state is not None, "the benchmark conversation must owe a reply"
     prompt = build_prompt(persona, TURN_LIMITS, now, state, context)
@@ -590,7 +584,8 @@ async def check_against_runner(s: Subject, persona: str, now: datetime) -> str:
     """
     llm = CapturingLLM()
     known: dict[str, Any] = {
-        "store": s.store,
+        "messages": s.repos.messages,
+        "conversations": s.repos.conversations,
         "llm": llm,
         "hub": Hub(),
         "clock": FixedClock(now),
@@ -632,7 +627,7 @@ def captured(engine: AsyncEngine) -> Iterator[list[tuple[str, Any]]]:
 
 
 async def edge_query(s: Subject, before_seq: int) -> None:
-    """`Store.load_turn`'s archive-edge query (when the whole live window is this turn's
+    """`Conversations.load_turn`'s archive-edge query (when the whole live window is this turn's
     own messages), run as written there."""
     async with session_factory(s.engine)() as session:
         await session.scalar(
@@ -644,7 +639,7 @@ async def edge_query(s: Subject, before_seq: int) -> None:
 
 
 async def _owes_reply(s: Subject) -> None:
-    owes_reply = getattr(s.store, "owes_reply", None)
+    owes_reply = getattr(s.repos.conversations, "owes_reply", None)
     if owes_reply is not None:
         await owes_reply(s.conversation_id)
 
@@ -652,15 +647,18 @@ async def _owes_reply(s: Subject) -> None:
 async def query_plans(s: Subject) -> list[dict[str, Any]]:
     cid, total = s.conversation_id, s.seeded.archived + LIVE_MESSAGES + 1
     calls: list[tuple[str, Any]] = [
-        ("turn loop, later rounds: Store.owes_reply", lambda: _owes_reply(s)),
+        ("turn loop, later rounds: Conversations.owes_reply", lambda: _owes_reply(s)),
         ("before_turn: Archive.prepare_turn", lambda: s.archive.prepare_turn(cid)),
         ("before_turn: Profiles.of_conversation", lambda: s.profiles.of_conversation(cid)),
-        ("Store.load_turn", lambda: s.store.load_turn(cid)),
+        ("Conversations.load_turn", lambda: s.repos.conversations.load_turn(cid)),
         (
             "after_turn: Archive.cut (runs once the live window passes its limit)",
             lambda: s.archive.cut(cid, datetime.now(UTC)),
         ),
-        ("Store.load_turn archive edge (when all live is new)", lambda: edge_query(s, total)),
+        (
+            "Conversations.load_turn archive edge (when all live is new)",
+            lambda: edge_query(s, total),
+        ),
         ("job: roll-up (no-op)", lambda: s.jobs.run(ROLLUP, str(cid))),
         ("worker sweep", s.sweep),
     ]

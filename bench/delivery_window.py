@@ -28,10 +28,12 @@ from bench.memory_support import (
     scratch_dir,
     sqlite_url,
 )
-from memory.db import session_factory
-from memory.deliveries import Deliveries
-from memory.models import Delivery, Role
-from memory.store import NewMessage, Store
+from memory.storage.deliveries import Deliveries
+from memory.storage.engine import session_factory
+from memory.storage.messages import NewMessage
+from memory.storage.models import Delivery, Role
+from memory.storage.repositories import Repositories
+from memory.tokens import message_tokens
 
 
 async def measure(url: str, count: int) -> dict[str, float]:
@@ -39,14 +41,16 @@ async def measure(url: str, count: int) -> dict[str, float]:
     sessions = session_factory(engine)
     now = datetime.now(UTC)
     try:
-        store = Store(sessions)
-        ref = await store.resolve_identity(
+        repos = Repositories.open(
+            sessions, count_tokens=message_tokens, now=lambda: datetime.now(UTC)
+        )
+        ref = await repos.identities.resolve_identity(
             "telegram", f"bench-{time.time_ns()}", display_name="", timezone="UTC", now=now
         )
         deliveries = Deliveries(sessions)
         window, baseline = [], []
         for _ in range(count):
-            reply, _ = await store.add_message(
+            reply, _ = await repos.messages.add_message(
                 ref.conversation_id,
                 NewMessage(Role.ASSISTANT, "telegram", "part", delivery=Delivery.PENDING),
                 now=now,

@@ -52,9 +52,9 @@ from bench.memory_support import (
     scratch_dir,
     sqlite_url,
 )
-from gateway.arq_queue import QUEUE_NAME
-from memory.limits import MemoryLimits
-from memory.models import Conversation
+from gateway.jobs.arq_worker import QUEUE_NAME
+from memory.archive.limits import MemoryLimits
+from memory.storage.models import Conversation
 
 GOAL_PERCENT = 2.0
 START_DEADLINE_SECONDS = 60.0

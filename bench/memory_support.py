@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.logs import configure_logging
 from gateway.settings import Settings
-from memory.db import create_engine
-from memory.schema import migrate
+from memory.storage.engine import create_engine
+from memory.storage.schema import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 

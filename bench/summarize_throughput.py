@@ -16,7 +16,7 @@ conversations) are summarised three ways, in rotating order, every round:
   commit a summary costs at the least;
 - direct:   `ArchiveJobs.summarize(chunk_id)`, one after another; follow-ups are counted,
   not run;
-- embedded: every chunk queued on `gateway.jobqueue.EmbeddedQueue` (concurrency 2, as
+- embedded: every chunk queued on `gateway.jobs.queue.EmbeddedQueue` (concurrency 2, as
   `parley serve` runs it), which also runs the roll-up jobs the summaries queue (here
   they find nothing to roll: no chunk was swapped into the timeline). Extraction jobs
   are counted, not run: they are the profile's work, not the summariser's.
@@ -53,15 +53,16 @@ from bench.memory_support import (
     scratch_dir,
     sqlite_url,
 )
-from gateway.archiving import memory_limits
-from gateway.jobqueue import EmbeddedQueue
+from gateway.jobs.memory_jobs import memory_limits
+from gateway.jobs.queue import EmbeddedQueue
 from gateway.settings import Settings
-from memory.archive import Archive
-from memory.db import session_factory
-from memory.jobs import EXTRACT, ROLLUP, SUMMARIZE, ArchiveJobs, RetryPolicy, summarize_key
-from memory.models import Chunk, ChunkStatus, Conversation, ConversationKind, User
-from memory.store import Store
-from memory.summarize import ModelSummarizer
+from memory.archive.archive import Archive
+from memory.archive.jobs import EXTRACT, ROLLUP, SUMMARIZE, ArchiveJobs, RetryPolicy, summarize_key
+from memory.archive.summarize import ModelSummarizer
+from memory.storage.engine import session_factory
+from memory.storage.messages import Messages
+from memory.storage.models import Chunk, ChunkStatus, Conversation, ConversationKind, User
+from memory.tokens import message_tokens
 
 SUMMARY = filler(6_000, "Summary:")
 MESSAGES_PER_CHUNK = 20
@@ -242,17 +243,17 @@ async def check_done(engine: AsyncEngine, seeded: Seeded) -> None:
 class Bench:
     engine: AsyncEngine
     archive: Archive
-    store: Store
+    messages: Messages
     settings: Settings
     seeded: Seeded
     concurrency: int
 
     def jobs(self, enqueue: Any, model: InstantModel) -> ArchiveJobs:
-        """`ArchiveJobs` as `gateway.archiving.build_jobs` makes them, with our model."""
+        """`ArchiveJobs` as `gateway.jobs.memory_jobs.build_jobs` makes them, with our model."""
         settings = self.settings
         return ArchiveJobs(
             archive=self.archive,
-            store=self.store,
+            messages=self.messages,
             summarizer=ModelSummarizer(
                 model, window_tokens=self.archive.limits.summary_window_tokens
             ),
@@ -334,7 +335,7 @@ async def run(options: Options) -> dict[str, Any]:
             bench = Bench(
                 engine,
                 Archive(sessions, memory_limits(settings)),
-                Store(sessions),
+                Messages(sessions, count_tokens=message_tokens),
                 settings,
                 seeded,
                 options.concurrency,

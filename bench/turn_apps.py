@@ -21,8 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.app import create_app
 from gateway.llm import Prompt
 from gateway.settings import Settings
-from memory.db import create_engine, session_factory
-from memory.models import Conversation, ConversationKind, Message, Role, utcnow
+from memory.storage.engine import create_engine, session_factory
+from memory.storage.models import Conversation, ConversationKind, Message, Role, utcnow
 
 BASELINE_PATH = "/bench/messages"
 GATEWAY_PATH = "/webchat/messages"

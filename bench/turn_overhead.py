@@ -50,8 +50,8 @@ from bench.turn_load import (
     summarise,
 )
 from bench.turn_server import Kind
-from memory.db import create_engine
-from memory.schema import migrate
+from memory.storage.engine import create_engine
+from memory.storage.schema import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_MS = 10.0

@@ -7,12 +7,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from gateway import api, docs, health
-from gateway.access_log import AccessLog
 from gateway.clock import Clock
-from gateway.headers import SecurityHeaders
-from gateway.http_errors import install_error_handlers
-from gateway.limits import BodyLimit
+from gateway.http import api, docs, health
+from gateway.http.access_log import AccessLog
+from gateway.http.errors import install_error_handlers
+from gateway.http.headers import SecurityHeaders
+from gateway.http.limits import BodyLimit
 from gateway.llm import LLMProvider
 from gateway.services import Services
 from gateway.settings import Settings, load_settings

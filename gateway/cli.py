@@ -33,10 +33,10 @@ def serve() -> None:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.http.server import server_config
     from gateway.logs import configure_logging
-    from gateway.server import server_config
     from gateway.services import prepare_schema
-    from memory.db import create_engine
+    from memory.storage.engine import create_engine
 
     settings = _settings()
     configure_logging(settings.log_level.value)
@@ -64,7 +64,7 @@ def serve() -> None:
 @app.command()
 def worker() -> None:
     """Run archive jobs from Redis (PARLEY_REDIS_URL): an arq worker."""
-    from gateway.arq_queue import run_worker
+    from gateway.jobs.arq_worker import run_worker
     from gateway.logs import configure_logging
 
     settings = _settings()
@@ -77,9 +77,9 @@ def worker() -> None:
 @app.command()
 def migrate() -> None:
     """Bring the database schema up to date."""
-    from memory.db import create_engine
-    from memory.schema import head_revision
-    from memory.schema import migrate as run_migrations
+    from memory.storage.engine import create_engine
+    from memory.storage.schema import head_revision
+    from memory.storage.schema import migrate as run_migrations
 
     settings = _settings()
 
@@ -126,7 +126,7 @@ app.add_typer(pairing, name="pairing")
 @pairing.command("list")
 def pairing_list() -> None:
     """Show the pairing codes waiting for approval."""
-    from gateway.pairing import pending_lines
+    from gateway.channels.pairing import pending_lines
 
     settings = _settings()
     try:
@@ -139,7 +139,7 @@ def pairing_list() -> None:
 @pairing.command("approve")
 def pairing_approve(code: Annotated[str, typer.Argument(help="The code the person got.")]) -> None:
     """Let the person with this pairing code talk to the assistant."""
-    from gateway.pairing import approve
+    from gateway.channels.pairing import approve
 
     settings = _settings()
     try:

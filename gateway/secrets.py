@@ -7,7 +7,7 @@ import secrets
 from pathlib import Path
 
 from gateway.settings import Settings
-from memory.files import FILE_MODE, private_dir, tighten
+from memory.storage.files import FILE_MODE, private_dir, tighten
 
 KEY_FILE = "secret_key"
 

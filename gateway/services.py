@@ -11,32 +11,30 @@ from dataclasses import dataclass
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.archiving import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
+from gateway.channels.core import Core
+from gateway.channels.delivery import DeliveryLoop, RetryPolicy
+from gateway.channels.linking import Linking
+from gateway.channels.policy import AccessPolicy
+from gateway.channels.port import Connector, enabled_connectors
 from gateway.clock import Clock, SystemClock
-from gateway.commands import Commands
-from gateway.connector import Connector, enabled_connectors
-from gateway.core import Core
-from gateway.delivery import DeliveryLoop, RetryPolicy
 from gateway.errors import SchemaOutOfDate
-from gateway.hub import Hub
-from gateway.jobqueue import EmbeddedQueue, JobQueue
-from gateway.linking import Linking
+from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
+from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
-from gateway.persona import load_persona
-from gateway.policy import AccessPolicy
-from gateway.profile_commands import register_profile_commands
 from gateway.settings import Settings
-from gateway.status import register_status
-from gateway.turns import TurnLimits, TurnRunner
-from memory.archive import Archive
-from memory.db import create_engine, session_factory
-from memory.deliveries import Deliveries
-from memory.files import private_dir, tighten
-from memory.identities import Identities
-from memory.leases import Leases
-from memory.profile import Profiles
-from memory.schema import current_revision, head_revision, migrate
-from memory.store import Store
+from gateway.turns.commands import Commands
+from gateway.turns.hub import Hub
+from gateway.turns.persona import load_persona
+from gateway.turns.profile_commands import register_profile_commands
+from gateway.turns.runner import TurnLimits, TurnRunner
+from gateway.turns.status import register_status
+from memory.archive.archive import Archive
+from memory.profile.profiles import Profiles
+from memory.storage.engine import create_engine, session_factory
+from memory.storage.files import private_dir, tighten
+from memory.storage.repositories import Repositories
+from memory.storage.schema import current_revision, head_revision, migrate
+from memory.tokens import message_tokens
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +44,7 @@ class Services:
     settings: Settings
     clock: Clock
     engine: AsyncEngine
-    store: Store
+    repos: Repositories
     hub: Hub
     core: Core
     runner: TurnRunner
@@ -66,14 +64,12 @@ class Services:
         clock = clock or SystemClock()
         engine = create_engine(settings.resolved_database_url)
         sessions = session_factory(engine)
-        store = Store(sessions)
+        repos = Repositories.open(sessions, count_tokens=message_tokens, now=clock.now)
         hub = Hub()
         commands = Commands()
         llm = llm or build_provider(settings)
-        identities = Identities(sessions)
-        deliveries = Deliveries(sessions)
         delivery = DeliveryLoop(
-            deliveries=deliveries,
+            deliveries=repos.deliveries,
             clock=clock,
             retry=RetryPolicy(
                 settings.delivery_max_attempts,
@@ -83,13 +79,11 @@ class Services:
             uncertain=settings.delivery_uncertain,
         )
         core = Core(
-            store=store,
+            repos=repos,
             hub=hub,
             clock=clock,
             default_timezone=settings.default_timezone,
-            identities=identities,
-            policy=AccessPolicy.from_settings(settings, identities, clock),
-            deliveries=deliveries,
+            policy=AccessPolicy.from_settings(settings, repos.pairings, clock),
             delivery=delivery,
         )
         archive = Archive(sessions, memory_limits(settings))
@@ -98,17 +92,17 @@ class Services:
         jobs = build_jobs(
             settings,
             archive=archive,
-            store=store,
+            repos=repos,
             profiles=profiles,
             provider=llm,
             enqueue=queue.enqueue,
             clock=clock,
-            leases=Leases(sessions, clock.now),
         )
         if isinstance(queue, EmbeddedQueue):
             queue.serve(jobs.run, jobs.sweep)
         runner = TurnRunner(
-            store=store,
+            messages=repos.messages,
+            conversations=repos.conversations,
             llm=llm,
             hub=hub,
             clock=clock,
@@ -119,16 +113,16 @@ class Services:
             memory=ArchiveMemory(archive, profiles, queue, clock, settings.data_dir / "archive"),
             presence=core.working,
         )
-        Linking(identities=identities, runner=runner, clock=clock).register(commands)
-        register_status(commands, archive, deliveries, profiles)
-        register_profile_commands(commands, store, profiles, clock)
+        Linking(repos=repos, runner=runner, clock=clock).register(commands)
+        register_status(commands, archive, repos.deliveries, profiles)
+        register_profile_commands(commands, repos.conversations, profiles, clock)
         connectors = enabled_connectors(core, settings)
         core.attach(runner, {connector.channel: connector for connector in connectors})
         return cls(
             settings=settings,
             clock=clock,
             engine=engine,
-            store=store,
+            repos=repos,
             hub=hub,
             core=core,
             runner=runner,
@@ -202,7 +196,7 @@ class _Deadline:
 
 def _job_queue(settings: Settings) -> JobQueue:
     if settings.redis_url:
-        from gateway.arq_queue import ArqQueue  # arq only when Redis is configured
+        from gateway.jobs.arq_worker import ArqQueue  # arq only when Redis is configured
 
         return ArqQueue(settings.redis_url, key_epoch=settings.job_lease_seconds)
     return EmbeddedQueue(

@@ -14,7 +14,7 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
 from gateway.errors import ParleyError
-from memory.files import private_dir, write_private
+from memory.storage.files import private_dir, write_private
 
 Write = Callable[[str], None]
 

@@ -8,26 +8,19 @@ so provider prompt caches stay valid.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
 
-from memory.archive import ChunkView
-from memory.models import Role
+from memory.archive.reads import ChunkView
+from memory.chat_turn import ChatTurn
 from memory.provenance import dialogue, label
-from memory.store import StoredMessage
+from memory.storage.messages import StoredMessage
+from memory.storage.models import Role
 from memory.tokens import TokenCounter, estimate_tokens, message_tokens
 from memory.zones import zone
 
 IDLE_GAP = timedelta(days=1)
 # A message more than this after the one before it carries its own time.
 SHOW_TIME_AFTER = timedelta(minutes=30)
-
-
-@dataclass(frozen=True, slots=True)
-class ChatTurn:
-    role: Literal["user", "assistant"]
-    content: str
 
 
 def _offset(moment: datetime) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from memory.store import StoredMessage
+    from memory.storage.messages import StoredMessage
 
 HEADER_KEYS = ("source", "from", "time")
 _LOOKS_LIKE_HEADER = re.compile(

@@ -12,8 +12,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from gateway.settings import load_settings
-from memory.db import create_engine
-from memory.models import Base
+from memory.storage.engine import create_engine
+from memory.storage.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -8,15 +8,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gateway.archiving import ProviderTextModel
-from gateway.jobqueue import EmbeddedQueue
+from gateway.jobs.memory_jobs import ProviderTextModel
+from gateway.jobs.queue import EmbeddedQueue
 from gateway.llm.openai import OpenAIProvider
-from memory.archive import plan_cut
-from memory.jobs import ARCHIVE_TROUBLE_NOTICE
-from memory.limits import MemoryLimits
-from memory.models import ChunkStatus, Role
-from memory.store import StoredMessage
-from memory.summarize import ModelSummarizer
+from memory.archive.archive import plan_cut
+from memory.archive.jobs import ARCHIVE_TROUBLE_NOTICE
+from memory.archive.limits import MemoryLimits
+from memory.archive.summarize import ModelSummarizer
+from memory.storage.messages import StoredMessage
+from memory.storage.models import ChunkStatus, Role
 from memory.tokens import estimate_tokens
 from tests.fakes.llm_server import Behaviour, Fail, FakeLLM, Reply
 from tests.support.archive_checks import (

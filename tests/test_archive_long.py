@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from gateway.jobqueue import EmbeddedQueue
+from gateway.jobs.queue import EmbeddedQueue
 from memory.tokens import estimate_tokens
 from tests.fakes.llm_server import FakeLLM
 from tests.support.archive_checks import (

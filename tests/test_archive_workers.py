@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gateway.arq_queue import build_worker
-from memory.models import ChunkStatus
+from gateway.jobs.arq_worker import build_worker
+from memory.storage.models import ChunkStatus
 from tests.fakes.llm_server import Behaviour, FakeLLM, Hang, Reply
 from tests.support.archive_checks import is_summary_request, marked_text
 from tests.support.harness import Gateway, make_settings, running_gateway

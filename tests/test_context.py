@@ -6,17 +6,17 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from memory.chat_turn import ChatTurn
 from memory.context import (
-    ChatTurn,
     clock_context,
     describe_duration,
     fit_to_budget,
     render_live,
     system_prompt,
 )
-from memory.models import Role
 from memory.provenance import NOTICE_SOURCE, escape_typed, label
-from memory.store import StoredMessage
+from memory.storage.messages import StoredMessage
+from memory.storage.models import Role
 from tests.support.messages import T0, stored
 
 

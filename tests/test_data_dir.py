@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memory.files import private_dir
-from memory.transcript import transcript_path, write_transcript
+from memory.archive.transcript import transcript_path, write_transcript
+from memory.storage.files import private_dir
 from tests.fakes.llm_server import FakeLLM
 from tests.support.archive_checks import marked_text
 from tests.support.harness import make_settings, running_gateway

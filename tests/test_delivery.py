@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from gateway.delivery import Pace, Pacer, RetryPolicy
-from gateway.split import split_text, utf16_length
-from memory.db import create_engine
-from memory.models import Message
+from gateway.channels.delivery import Pace, Pacer, RetryPolicy
+from gateway.channels.split import split_text, utf16_length
+from memory.storage.engine import create_engine
+from memory.storage.models import Message
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.graph_api import GraphFail

@@ -11,14 +11,14 @@ from redis.asyncio import Redis
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.arq_queue import QUEUE_NAME, ArqQueue
-from memory.archive import Archive
-from memory.db import create_engine, session_factory
-from memory.jobs import EXTRACT, SUMMARIZE
-from memory.leases import Leases
-from memory.limits import MemoryLimits
-from memory.models import Chunk, ChunkStatus
-from memory.store import Store
+from gateway.jobs.arq_worker import QUEUE_NAME, ArqQueue
+from memory.archive.archive import Archive
+from memory.archive.jobs import EXTRACT, SUMMARIZE
+from memory.archive.limits import MemoryLimits
+from memory.storage.engine import create_engine, session_factory
+from memory.storage.identities import Identities
+from memory.storage.leases import Leases
+from memory.storage.models import Chunk, ChunkStatus
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import make_settings, running_gateway
 from tests.support.process import free_port
@@ -131,7 +131,7 @@ async def test_a_rollup_waits_for_a_pending_chunk_instead_of_skipping_it(
     limits = MemoryLimits(consolidate_at=3, consolidate_count=2, rollup_keep=1, rollup_batch=2)
     archive = Archive(sessions, limits)
     try:
-        ref = await Store(sessions).resolve_identity(
+        ref = await Identities(sessions).resolve_identity(
             "webchat", "v1", display_name="", timezone="UTC", now=NOW
         )
         states = [READY, READY, PENDING, READY, READY, READY, READY]

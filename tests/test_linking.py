@@ -10,10 +10,12 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
-from memory.db import create_engine, session_factory
-from memory.identities import Identities, LinkStatus
-from memory.models import Chunk, Conversation, Delivery, Message, Role
-from memory.store import NewMessage, Store
+from memory.storage.engine import create_engine, session_factory
+from memory.storage.linking import LinkStatus
+from memory.storage.messages import NewMessage
+from memory.storage.models import Chunk, Conversation, Delivery, Message, Role
+from memory.storage.repositories import Repositories
+from memory.tokens import message_tokens
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
@@ -141,24 +143,26 @@ async def test_a_merge_interleaves_by_arrival_keeps_replies_with_their_questions
     engine = create_engine(database_url)
     try:
         sessions = session_factory(engine)
-        store, identities = Store(sessions), Identities(sessions)
+        repos = Repositories.open(
+            sessions, count_tokens=message_tokens, now=lambda: datetime.now(UTC)
+        )
         t0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
         async def identity(channel: str, external: str) -> Any:
-            return await store.resolve_identity(
+            return await repos.identities.resolve_identity(
                 channel, external, display_name="Sam", timezone="UTC", now=t0
             )
 
         a, b = await identity("telegram", "1"), await identity("whatsapp", "2")
 
         async def say(ref: Any, channel: str, minute: int, text: str, reply: bool = True) -> None:
-            user, _ = await store.add_message(
+            user, _ = await repos.messages.add_message(
                 ref.conversation_id,
                 NewMessage(Role.USER, channel, text, identity_id=ref.identity_id),
                 now=t0 + timedelta(minutes=minute),
             )
             if reply:
-                await store.add_message(
+                await repos.messages.add_message(
                     ref.conversation_id,
                     NewMessage(
                         Role.ASSISTANT,
@@ -188,21 +192,21 @@ async def test_a_merge_interleaves_by_arrival_keeps_replies_with_their_questions
                 .values(chunk_id=chunk.id)
             )
             await session.commit()
-        code = await identities.issue_link_code(
+        code = await repos.links.issue_link_code(
             a.identity_id, now=t0 + timedelta(minutes=5), ttl=timedelta(minutes=10)
         )
-        (trigger,) = await store.messages_after(b.conversation_id, 4, 10)
-        result = await identities.redeem_link_code(
+        (trigger,) = await repos.messages.messages_after(b.conversation_id, 4, 10)
+        result = await repos.links.redeem_link_code(
             code, b.identity_id, now=t0 + timedelta(minutes=10), answering_message_id=trigger.id
         )
-        merged = await store.messages_after(a.conversation_id, 0, 100)
-        moved_trigger = await store.message_by_id(trigger.id)
+        merged = await repos.messages.messages_after(a.conversation_id, 0, 100)
+        moved_trigger = await repos.messages.message_by_id(trigger.id)
         async with sessions() as session:
             chunks = await session.scalar(select(func.count()).select_from(Chunk))
             gone = await session.get(Conversation, b.conversation_id)
             survivor = await session.get(Conversation, a.conversation_id)
         ref = await identity("whatsapp", "2")
-        turn = await store.load_turn(a.conversation_id)
+        turn = await repos.conversations.load_turn(a.conversation_id)
     finally:
         await engine.dispose()
 

@@ -10,9 +10,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
-from memory.db import create_engine
-from memory.models import Base
-from memory.schema import alembic_config, current_revision, head_revision, migrate
+from memory.storage.engine import create_engine
+from memory.storage.models import Base
+from memory.storage.schema import alembic_config, current_revision, head_revision, migrate
 
 
 def _differences(connection: Connection) -> list[Any]:

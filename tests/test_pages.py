@@ -16,8 +16,8 @@ from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import Route
 
 from connectors.webchat.connector import PAGE_CSP
-from gateway.docs import DOCS_CSP
-from gateway.headers import STRICT_CSP, SecurityHeaders
+from gateway.http.docs import DOCS_CSP
+from gateway.http.headers import STRICT_CSP, SecurityHeaders
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import make_settings, running_gateway
 from tests.support.webpage import csp_violations, open_chat, send_from_page

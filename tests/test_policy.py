@@ -8,10 +8,10 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gateway.policy import AccessPolicy, ChannelPolicy
+from gateway.channels.policy import AccessPolicy, ChannelPolicy
 from gateway.settings import Policy
-from memory.db import create_engine, session_factory
-from memory.identities import Approval, Identities
+from memory.storage.engine import create_engine, session_factory
+from memory.storage.pairing import Approval, Pairings
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
@@ -120,24 +120,24 @@ async def test_a_refused_group_member_is_not_let_in_through_the_group(
 async def test_codes_expire_are_capped_per_channel_and_renew(database_url: str) -> None:
     engine = create_engine(database_url)
     try:
-        identities = Identities(session_factory(engine))
+        pairings = Pairings(session_factory(engine))
         clock = ManualClock(datetime(2026, 1, 1, tzinfo=UTC))
         policy = AccessPolicy(
-            identities=identities,
+            pairings=pairings,
             clock=clock,
             channels={"telegram": ChannelPolicy(Policy.PAIRING, frozenset())},
             pairing_ttl=timedelta(minutes=30),
             pairing_cap=2,
         )
         answers = [await _refusal(policy, f"{n}") for n in (1, 2, 3)]
-        other_channel = await identities.request_pairing(
+        other_channel = await pairings.request_pairing(
             "whatsapp", "1", "", now=clock.now(), ttl=timedelta(minutes=30), cap=2
         )
         clock.advance(timedelta(minutes=31))
-        expired = await identities.approve_pairing(_code(answers[0]), now=clock.now())
+        expired = await pairings.approve_pairing(_code(answers[0]), now=clock.now())
         renewed = await _refusal(policy, "1")
-        approved = await identities.approve_pairing(_code(renewed), now=clock.now())
-        again = await identities.approve_pairing(_code(renewed), now=clock.now())
+        approved = await pairings.approve_pairing(_code(renewed), now=clock.now())
+        again = await pairings.approve_pairing(_code(renewed), now=clock.now())
         let_in = await _refusal(policy, "1")
     finally:
         await engine.dispose()

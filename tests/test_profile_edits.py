@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memory.profile import (
+from memory.profile.facts import (
     Edit,
     EditError,
     Evidence,
@@ -16,7 +16,7 @@ from memory.profile import (
     Shorten,
     apply_edits,
 )
-from memory.profile_jobs import parse_edits
+from memory.profile.tidy import parse_edits
 
 LINES = [f"fact number {n}" + " detail" * n for n in range(1, 9)]
 WHEN = datetime(2026, 11, 1, tzinfo=UTC)

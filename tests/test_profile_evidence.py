@@ -10,9 +10,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from memory.models import Role
-from memory.profile import ProfileView
-from memory.store import NewMessage
+from memory.profile.facts import ProfileView
+from memory.storage.messages import NewMessage
+from memory.storage.models import Role
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, FakeLLM, Reply
@@ -89,7 +89,7 @@ async def test_only_typed_facts_become_lines_each_with_evidence_of_its_message(
             )
             assert (await p.telegram(edit)).status_code == 200
             ref = await p.gw.services.core.identity("telegram", str(ADA))
-            await p.gw.services.store.add_message(
+            await p.gw.services.repos.messages.add_message(
                 ref.conversation_id,
                 NewMessage(
                     role=Role.EVENT,
@@ -106,13 +106,15 @@ async def test_only_typed_facts_become_lines_each_with_evidence_of_its_message(
                 "forwarded": True
             }
             await p.whatsapp(wa_forward)
-        await eventually(p.gw.services.store.conversations_owing_reply, until=lambda c: not c)
+        await eventually(
+            p.gw.services.repos.conversations.conversations_owing_reply, until=lambda c: not c
+        )
         ada, ada_conversation = await _profile(p, "telegram", str(ADA))
         bo, _ = await _profile(p, "whatsapp", BO)
         chunks = {c.id: c for c in await p.gw.services.archive.chunks(ada_conversation)}
         seq_of = {
             m.platform_message_id: m.seq
-            for m in await p.gw.services.store.messages_after(ada_conversation, 0, 1000)
+            for m in await p.gw.services.repos.messages.messages_after(ada_conversation, 0, 1000)
         }
         await p.telegram(tg.text_update(ADA, "/status"))
         await eventually(

@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.archiving import ProviderTextModel
+from gateway.jobs.memory_jobs import ProviderTextModel
 from gateway.llm.openai import OpenAIProvider
-from memory.archive import Archive
-from memory.db import create_engine, session_factory
-from memory.limits import MemoryLimits
-from memory.profile import Evidence, Fact, Profiles, Remove, StaleRevision
-from memory.profile_jobs import ProfileJobs, ProfileLimits
-from memory.store import Store
+from memory.archive.archive import Archive
+from memory.archive.limits import MemoryLimits
+from memory.profile.facts import Evidence, Fact, Remove, StaleRevision
+from memory.profile.jobs import ProfileJobs, ProfileLimits
+from memory.profile.profiles import Profiles
+from memory.storage.engine import create_engine, session_factory
+from memory.storage.repositories import Repositories
+from memory.tokens import message_tokens
 from tests.fakes.llm_server import Behaviour, FakeLLM, Reply
 from tests.support.clock import ManualClock
 
@@ -43,7 +45,7 @@ class Env:
 async def env(database_url: str, llm: FakeLLM) -> AsyncIterator[Env]:
     engine = create_engine(database_url)
     sessions = session_factory(engine)
-    store = Store(sessions)
+    repos = Repositories.open(sessions, count_tokens=message_tokens, now=lambda: datetime.now(UTC))
     clock = ManualClock(datetime(2026, 5, 4, 12, 0, tzinfo=UTC))
     provider = OpenAIProvider(
         base_url=llm.openai_base,
@@ -62,13 +64,14 @@ async def env(database_url: str, llm: FakeLLM) -> AsyncIterator[Env]:
     jobs = ProfileJobs(
         profiles=profiles,
         archive=Archive(sessions, MemoryLimits()),
-        store=store,
+        messages=repos.messages,
+        conversations=repos.conversations,
         model=ProviderTextModel(provider, None),
         enqueue=enqueue,
         now=clock.now,
         limits=LIMITS,
     )
-    ref = await store.resolve_identity(
+    ref = await repos.identities.resolve_identity(
         "webchat", uuid.uuid4().hex, display_name="Ann", timezone="UTC", now=clock.now()
     )
     try:

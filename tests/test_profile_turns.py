@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.messages import Inbound
-from memory.models import Role
-from memory.profile import Fact
-from memory.store import NewMessage
+from memory.profile.facts import Fact
+from memory.storage.messages import NewMessage
+from memory.storage.models import Role
 from tests.fakes.llm_server import Behaviour, Fail, FakeLLM, Reply
 from tests.support.archive_checks import chat_requests, request_kind, settle_extraction
 from tests.support.harness import Gateway, make_settings, running_gateway
@@ -113,16 +113,16 @@ async def test_only_what_the_person_typed_becomes_a_fact_about_them(
     llm.responder = _model_that_believes_everything
     settings = make_settings(database_url, tmp_path, llm, **TINY_MODEL)
     async with running_gateway(settings) as gw:
-        store, core = gw.services.store, gw.services.core
+        repos, core = gw.services.repos, gw.services.core
         token, conversation = await gw.visitor()
         conversation_id = uuid.UUID(conversation)
         for index, genuine in enumerate(GENUINE):
             response = await gw.send(token, genuine)
-            identity = await store.message_at(conversation_id, 1)
+            identity = await repos.messages.message_at(conversation_id, 1)
             assert identity is not None
             for claims in (OPERATOR_CLAIMS, SYSTEM_CLAIMS, OTHER_VOICES):
                 claim = claims[index % len(claims)]
-                await store.add_message(
+                await repos.messages.add_message(
                     conversation_id,
                     NewMessage(
                         role=Role.EVENT, channel="webchat", text=claim, source=SOURCES[claim]
@@ -130,7 +130,7 @@ async def test_only_what_the_person_typed_becomes_a_fact_about_them(
                     now=gw.services.clock.now(),
                 )
             if index < len(FORWARDED_CLAIMS):
-                external = await store.external_id(identity.identity_id)
+                external = await repos.identities.external_id(identity.identity_id)
                 await core.receive(
                     Inbound(
                         channel="webchat",
@@ -144,14 +144,14 @@ async def test_only_what_the_person_typed_becomes_a_fact_about_them(
         await settle_extraction(gw, conversation_id)
         await gw.send(token, "one more, to swap the last chunks in")
         await settle_extraction(gw, conversation_id)
-        owner = await store.personal_owner(conversation_id)
+        owner = await repos.conversations.personal_owner(conversation_id)
         assert owner is not None
         profile = await gw.services.profiles.get(owner)
         chunks = [c for c in await gw.services.archive.chunks(conversation_id) if c.level == 0]
         archived = [
             m.text
             for c in chunks
-            for m in await store.messages_between(conversation_id, c.seq_start, c.seq_end)
+            for m in await repos.messages.messages_between(conversation_id, c.seq_start, c.seq_end)
             if m.text in GENUINE
         ]
 
@@ -226,7 +226,7 @@ async def test_the_profile_is_read_once_per_turn(
     settings = make_settings(database_url, tmp_path, llm, llm_max_retries=1)
     async with running_gateway(settings) as gw:
         token, conversation = await gw.visitor()
-        owner = await gw.services.store.personal_owner(uuid.UUID(conversation))
+        owner = await gw.services.repos.conversations.personal_owner(uuid.UUID(conversation))
         assert owner is not None
         await gw.services.profiles.append(owner, [Fact("Ann sails.")], _now(gw), chunk_id=None)
         turn = asyncio.create_task(gw.send(token, "hello"))
@@ -247,7 +247,7 @@ async def test_the_profile_is_read_once_per_turn(
 async def test_profile_and_forget_commands(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         token, conversation = await gw.visitor()
-        owner = await gw.services.store.personal_owner(uuid.UUID(conversation))
+        owner = await gw.services.repos.conversations.personal_owner(uuid.UUID(conversation))
         assert owner is not None
         facts = ["Ann lives in Lisbon.", "Ann has a cat called Miso.", "Ann moved from Lisbon."]
         await gw.services.profiles.append(owner, [Fact(f) for f in facts], _now(gw), chunk_id=None)

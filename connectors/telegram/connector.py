@@ -30,12 +30,12 @@ from connectors.telegram.normalize import (
     normalize,
 )
 from connectors.telegram.polling import Poller
-from gateway.core import Core
-from gateway.delivery import Pace
+from gateway.channels.core import Core
+from gateway.channels.delivery import Pace
+from gateway.channels.split import utf16_length
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError
 from gateway.messages import ChatRef, Outbound
 from gateway.settings import Settings, TelegramMode
-from gateway.split import utf16_length
 from gateway.text import MalformedJSON, load_platform_json
 
 log = structlog.get_logger(__name__)

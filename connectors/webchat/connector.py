@@ -13,15 +13,15 @@ from fastapi.responses import HTMLResponse
 from connectors.webchat.schema import ExchangeOut, HistoryOut, NewVisitorOut, SendIn
 from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
-from gateway.core import Core, Received
+from gateway.channels.core import Core, Received
 from gateway.errors import AuthError, InputError
+from gateway.http.ratelimit import RateLimit, Slots
+from gateway.http.wire import MessageOut
 from gateway.messages import Inbound, Outbound
-from gateway.ratelimit import RateLimit, Slots
 from gateway.secrets import signing_key
 from gateway.settings import Settings
 from gateway.text import MAX_INT64
-from gateway.wire import MessageOut
-from memory.store import IdentityRef
+from memory.storage.identities import IdentityRef
 
 CHANNEL = "webchat"
 VISITOR_NAME = "Web visitor"

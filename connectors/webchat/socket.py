@@ -17,10 +17,10 @@ from pydantic import ValidationError
 
 from connectors.webchat.schema import ClientFrame, ResumeFrame
 from gateway.errors import AccessRefused, AuthError, InputError, RateLimited
-from gateway.http_errors import validation_errors
-from gateway.hub import DeltaEvent, Event, MessageEvent, Overflow
-from gateway.wire import MessageOut
-from memory.store import StoredMessage
+from gateway.http.errors import validation_errors
+from gateway.http.wire import MessageOut
+from gateway.turns.hub import DeltaEvent, Event, MessageEvent, Overflow
+from memory.storage.messages import StoredMessage
 
 if TYPE_CHECKING:
     from connectors.webchat.connector import Visitor, WebchatConnector

@@ -21,12 +21,12 @@ from fastapi.responses import PlainTextResponse
 from connectors.whatsapp import signature
 from connectors.whatsapp.graph import WINDOW_REASON, GraphClient
 from connectors.whatsapp.normalize import CHANNEL, Notification, parse
-from gateway.core import Core
-from gateway.delivery import Pace
+from gateway.channels.core import Core
+from gateway.channels.delivery import Pace
+from gateway.channels.split import utf16_length
 from gateway.errors import AccessRefused, DeliveryError, InputError, Undeliverable
 from gateway.messages import ChatRef, Inbound, Outbound
 from gateway.settings import Settings
-from gateway.split import utf16_length
 from gateway.text import MalformedJSON, load_platform_json
 
 log = structlog.get_logger(__name__)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.messages import Inbound
-from memory.models import Delivery
+from memory.storage.models import Delivery
 
 CHANNEL = "whatsapp"
 OBJECT = "whatsapp_business_account"

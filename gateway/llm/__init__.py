@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import TypedDict, assert_never
 
 from gateway.llm.anthropic import AnthropicProvider
-from gateway.llm.base import ChatTurn, LLMProvider, Prompt, complete
+from gateway.llm.base import LLMProvider, Prompt, complete
 from gateway.llm.offline import OfflineProvider
 from gateway.llm.openai import OpenAIProvider
 from gateway.settings import LLMProviderName, Settings
+from memory.chat_turn import ChatTurn
 
 __all__ = ["ChatTurn", "LLMProvider", "Prompt", "build_provider", "complete"]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.llm.base import ChatTurn, Prompt
+from gateway.llm.base import Prompt
 from gateway.llm.http import HTTPProvider, SSEEvent, StreamFailed, error_message, parse_json
+from memory.chat_turn import ChatTurn
 
 API_VERSION = "2023-06-01"
 OPENING_TURN = "(conversation continues)"

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from memory.context import ChatTurn
+from memory.chat_turn import ChatTurn
 
 __all__ = ["ChatTurn", "LLMProvider", "Prompt", "complete"]
 

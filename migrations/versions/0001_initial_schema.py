@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import memory.models
+import memory.storage.models
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -24,7 +24,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Uuid(), nullable=False),
         sa.Column("display_name", sa.String(length=200), nullable=False),
         sa.Column("timezone", sa.String(length=64), nullable=False),
-        sa.Column("created_at", memory.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_users")),
     )
     op.create_table(
@@ -35,8 +35,10 @@ def upgrade() -> None:
         sa.Column("channel", sa.String(length=32), nullable=True),
         sa.Column("group_id", sa.String(length=200), nullable=True),
         sa.Column("title", sa.String(length=200), nullable=False),
-        sa.Column("created_at", memory.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("last_message_at", memory.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column(
+            "last_message_at", memory.storage.models.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("last_seq", sa.BigInteger(), nullable=False),
         sa.Column("last_user_seq", sa.BigInteger(), nullable=False),
         sa.Column("answered_seq", sa.BigInteger(), nullable=False),
@@ -57,7 +59,7 @@ def upgrade() -> None:
         sa.Column("external_id", sa.String(length=200), nullable=False),
         sa.Column("user_id", sa.Uuid(), nullable=False),
         sa.Column("display_name", sa.String(length=200), nullable=False),
-        sa.Column("created_at", memory.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["user_id"], ["users.id"], name=op.f("fk_identities_user_id_users"), ondelete="CASCADE"
         ),
@@ -81,16 +83,16 @@ def upgrade() -> None:
         sa.Column("level", sa.Integer(), nullable=False),
         sa.Column("seq_start", sa.BigInteger(), nullable=False),
         sa.Column("seq_end", sa.BigInteger(), nullable=False),
-        sa.Column("time_start", memory.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("time_end", memory.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("time_start", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("time_end", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
         sa.Column("transcript", sa.Text(), nullable=True),
         sa.Column("summary", sa.Text(), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("parent_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
-        sa.Column("created_at", memory.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", memory.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["conversation_id"],
             ["conversations.id"],
@@ -128,8 +130,8 @@ def upgrade() -> None:
         sa.Column("source", sa.String(length=200), nullable=True),
         sa.Column("text", sa.Text(), nullable=False),
         sa.Column("platform_message_id", sa.String(length=255), nullable=True),
-        sa.Column("platform_ts", memory.models.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("created_at", memory.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("platform_ts", memory.storage.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
         sa.Column("token_count", sa.Integer(), nullable=False),
         sa.Column("chunk_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("reply_to_seq", sa.BigInteger(), nullable=True),

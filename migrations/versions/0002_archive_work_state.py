@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import memory.models
+import memory.storage.models
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -29,10 +29,14 @@ def upgrade() -> None:
             sa.Column("in_timeline", sa.Boolean(), server_default=sa.false(), nullable=False)
         )
         batch_op.add_column(
-            sa.Column("lease_until", memory.models.UTCDateTime(timezone=True), nullable=True)
+            sa.Column(
+                "lease_until", memory.storage.models.UTCDateTime(timezone=True), nullable=True
+            )
         )
         batch_op.add_column(
-            sa.Column("next_attempt_at", memory.models.UTCDateTime(timezone=True), nullable=True)
+            sa.Column(
+                "next_attempt_at", memory.storage.models.UTCDateTime(timezone=True), nullable=True
+            )
         )
         batch_op.add_column(
             sa.Column("user_notified", sa.Boolean(), server_default=sa.false(), nullable=False)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import memory.models
+import memory.storage.models
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -33,9 +33,9 @@ def upgrade() -> None:
         sa.Column("external_id", sa.String(length=200), nullable=False),
         sa.Column("display_name", sa.String(length=200), nullable=False),
         sa.Column("code", sa.String(length=16), nullable=False),
-        sa.Column("created_at", memory.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", memory.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("approved_at", memory.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("approved_at", memory.storage.models.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_pairing_requests")),
         sa.UniqueConstraint(
             "channel", "external_id", name=op.f("uq_pairing_requests_channel_external_id")
@@ -47,9 +47,9 @@ def upgrade() -> None:
         sa.Column("code", sa.String(length=16), nullable=False),
         sa.Column("user_id", sa.Uuid(), nullable=False),
         sa.Column("identity_id", sa.Uuid(), nullable=False),
-        sa.Column("created_at", memory.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", memory.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("used_at", memory.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("used_at", memory.storage.models.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["identity_id"],
             ["identities.id"],
@@ -70,7 +70,7 @@ def upgrade() -> None:
         sa.Column("platform_message_id", sa.String(length=255), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
-        sa.Column("updated_at", memory.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["message_id"],
             ["messages.id"],

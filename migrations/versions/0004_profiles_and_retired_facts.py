@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import memory.models
+import memory.storage.models
 
 revision: str = "0004"
 down_revision: str | None = "0003"
@@ -24,9 +24,11 @@ def upgrade() -> None:
         sa.Column("user_id", sa.Uuid(), nullable=False),
         sa.Column("text", sa.Text(), nullable=False),
         sa.Column("revision", sa.Integer(), nullable=False),
-        sa.Column("updated_at", memory.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
         sa.Column("tidy_failures", sa.Integer(), nullable=False),
-        sa.Column("tidy_not_before", memory.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "tidy_not_before", memory.storage.models.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("tidy_after_chars", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
             ["user_id"], ["users.id"], name=op.f("fk_profiles_user_id_users"), ondelete="CASCADE"
@@ -45,7 +47,7 @@ def upgrade() -> None:
         sa.Column("text", sa.Text(), nullable=False),
         sa.Column("reason", sa.String(length=32), nullable=False),
         sa.Column("profile_revision", sa.Integer(), nullable=False),
-        sa.Column("retired_at", memory.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("retired_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["user_id"],
             ["users.id"],

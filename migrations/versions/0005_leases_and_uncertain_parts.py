@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import memory.models
+import memory.storage.models
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -23,7 +23,7 @@ def upgrade() -> None:
         "leases",
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("holder", sa.String(length=64), nullable=False),
-        sa.Column("expires_at", memory.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", memory.storage.models.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_leases")),
     )
     with op.batch_alter_table("messages", schema=None) as batch_op:

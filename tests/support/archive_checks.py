@@ -7,9 +7,9 @@ import re
 import uuid
 from typing import Any
 
-from gateway.jobqueue import EmbeddedQueue
+from gateway.jobs.queue import EmbeddedQueue
 from gateway.services import Services
-from memory.archive import ChunkView
+from memory.archive.reads import ChunkView
 from tests.support.harness import Gateway
 from tests.support.polling import eventually
 

@@ -18,9 +18,9 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 
-from memory.db import create_engine
-from memory.models import Base
-from memory.schema import migrate
+from memory.storage.engine import create_engine
+from memory.storage.models import Base
+from memory.storage.schema import migrate
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 POSTGRES_ADMIN_URL = os.environ.get(

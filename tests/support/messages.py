@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from memory.models import Role
-from memory.store import StoredMessage
+from memory.storage.messages import StoredMessage
+from memory.storage.models import Role
 
 T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import uvicorn
 
-from gateway.server import server_config
+from gateway.http.server import server_config
 from gateway.settings import Settings
 
 START_DEADLINE_SECONDS = 10.0

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.db import create_engine
-from memory.limits import MemoryLimits
+from memory.archive.limits import MemoryLimits
+from memory.storage.engine import create_engine
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.faults.checks import (
     answered_twice,

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gateway.archiving import memory_limits
+from gateway.jobs.memory_jobs import memory_limits
 from gateway.settings import Settings
-from memory.limits import MemoryLimits
+from memory.archive.limits import MemoryLimits
 from tests.fakes.telegram_api import FakeTelegram, telegram_settings
 
 

@@ -25,8 +25,8 @@ import httpx
 from hypothesis import note
 from sqlalchemy import func, select
 
-from memory.models import Delivery, Message, Role
-from memory.store import MESSAGE_COLUMNS, StoredMessage, message_view
+from memory.storage.messages import MESSAGE_COLUMNS, StoredMessage, message_view
+from memory.storage.models import Delivery, Message, Role
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import fake_llm
@@ -206,7 +206,7 @@ class FuzzServer:
         command), once stored and delivered or failed; or a failure naming what the
         server logged meanwhile."""
         mark = self.errors.mark()
-        store = self.gw.services.store
+        messages = self.gw.services.repos.messages
 
         def settled(found: StoredMessage | None) -> bool:
             if self.errors.since(mark):
@@ -216,7 +216,7 @@ class FuzzServer:
         try:
             answer = self.call(
                 eventually(
-                    lambda: store.reply_for(message.conversation_id, message.seq),
+                    lambda: messages.reply_for(message.conversation_id, message.seq),
                     until=settled,
                     seconds=ANSWER_SECONDS,
                 )

@@ -1,0 +1,267 @@
+"""Durable delivery: every stored reply reaches its platform, in order, exactly once
+per part, or is marked failed with the platform's reason.
+
+Replies are already stored (delivery pending) when they get here. Each chat has one
+lane: a queue worked by one task, so replies and the parts of a split reply arrive in
+order. A part that fails is retried with exponential backoff (a platform's
+`retry_after` wins); each part the platform took is recorded before the next is sent,
+so a retry, or a restart after a crash, resumes where it stopped. A connector that
+cannot split or pace (web chat, whose clients read the database) is called inline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
+
+import structlog
+
+from gateway.backoff import full_jitter, server_wait
+from gateway.channels.port import Connector
+from gateway.channels.split import split_text
+from gateway.clock import Clock
+from gateway.errors import DeliveryError, Undeliverable
+from gateway.messages import Outbound
+from gateway.settings import UncertainParts
+from memory.storage.deliveries import Deliveries
+from memory.storage.models import Delivery
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """At most one send per `interval` seconds for everything sharing `key`."""
+
+    key: Hashable
+    interval: float
+
+
+@runtime_checkable
+class PartSender(Protocol):
+    """A connector whose platform limits message length and rate."""
+
+    channel: str
+    max_chars: int
+
+    def measure(self, text: str) -> int:
+        """A text's length as the platform counts it."""
+        ...
+
+    def pacing(self, outbound: Outbound) -> Sequence[Pace]: ...
+
+    async def send(self, outbound: Outbound) -> str | None:
+        """Send one part; return its platform message id, if the platform gives one."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int
+    base_seconds: float
+    max_seconds: float
+
+    def backoff(self, failures: int) -> float:
+        return full_jitter(failures, self.base_seconds, self.max_seconds)
+
+
+class Pacer:
+    """Spaces sends so no key is used more often than its interval allows.
+
+    A slot is reserved before waiting, so concurrent lanes queue up fairly. `monotonic`
+    and `sleep` are the event loop's unless a test passes its own."""
+
+    def __init__(
+        self,
+        monotonic: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._next: dict[Hashable, float] = {}
+        self._monotonic = monotonic
+        self._sleep = sleep
+
+    def _now(self) -> float:
+        return self._monotonic() if self._monotonic else asyncio.get_running_loop().time()
+
+    async def wait(self, paces: Sequence[Pace]) -> None:
+        if not paces:
+            return
+        now = self._now()
+        start = max([now, *(self._next.get(p.key, 0.0) for p in paces)])
+        for pace in paces:
+            self._next[pace.key] = start + pace.interval
+        if start > now:
+            await self._sleep(start - now)
+
+    def hold(self, paces: Sequence[Pace], seconds: float) -> None:
+        """Nothing sharing these keys goes out for `seconds` (a platform said so)."""
+        until = self._now() + seconds
+        for pace in paces:
+            self._next[pace.key] = max(self._next.get(pace.key, 0.0), until)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    outbound: Outbound
+    sender: PartSender
+
+
+class DeliveryLoop:
+    def __init__(
+        self,
+        *,
+        deliveries: Deliveries,
+        clock: Clock,
+        retry: RetryPolicy,
+        uncertain: UncertainParts = UncertainParts.RESEND,
+        pacer: Pacer | None = None,
+    ) -> None:
+        self._deliveries = deliveries
+        self._uncertain = uncertain
+        self._clock = clock
+        self._retry = retry
+        self._pacer = pacer or Pacer()
+        self._lanes: dict[Hashable, deque[_Job]] = {}
+        self._workers: dict[Hashable, asyncio.Task[None]] = {}
+        # Lanes with a request to the platform in flight: closing lets those finish,
+        # so a part the platform took is recorded and never sent twice.
+        self._sending: set[Hashable] = set()
+        self._closing = False
+
+    async def submit(self, outbound: Outbound, sender: Connector) -> None:
+        """Deliver a stored, pending reply; returns once it is queued (or sent inline)."""
+        if not isinstance(sender, PartSender):
+            await self._inline(outbound, sender)
+            return
+        if self._closing:
+            return  # still pending in the database: the next start delivers it
+        lane = (outbound.channel, outbound.group_id or outbound.external_user_id)
+        self._lanes.setdefault(lane, deque()).append(_Job(outbound, sender))
+        if lane not in self._workers:
+            self._workers[lane] = asyncio.create_task(self._work(lane), name=f"deliver:{lane}")
+
+    async def close(self, deadline: float) -> None:
+        """Stop sending: a request in flight may finish within `deadline` s; the rest
+        stays pending in the database and goes out on the next start."""
+        self._closing = True
+        for lane, worker in self._workers.items():
+            if lane not in self._sending:
+                worker.cancel()
+        workers = list(self._workers.values())
+        if not workers:
+            return
+        _, pending = await asyncio.wait(workers, timeout=deadline)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _inline(self, outbound: Outbound, sender: Connector) -> None:
+        try:
+            await sender.send(outbound)
+        except DeliveryError as exc:
+            log.warning("delivery failed", message_id=outbound.message_id, error=exc.reason)
+            await self._deliveries.attempt_failed(outbound.message_id, exc.reason, final=True)
+            return
+        await self._deliveries.sent(outbound.message_id)
+
+    async def _work(self, lane: Hashable) -> None:
+        queue = self._lanes[lane]
+        try:
+            while queue:
+                job = queue[0]
+                try:
+                    await self._deliver(lane, job)
+                except Exception:
+                    # A bug must not stall the lane: the reply stays pending and is
+                    # tried again on the next start.
+                    log.exception("delivery crashed", message_id=job.outbound.message_id)
+                queue.popleft()
+        finally:
+            del self._workers[lane]
+            if not queue:
+                del self._lanes[lane]
+
+    async def _deliver(self, lane: Hashable, job: _Job) -> None:
+        outbound, sender = job.outbound, job.sender
+        state = await self._deliveries.state(outbound.message_id)
+        if state is None or state.delivery is not Delivery.PENDING:
+            return  # delivered meanwhile, or deleted
+        parts = split_text(outbound.text, sender.max_chars, sender.measure) or [outbound.text]
+        failures = state.attempts
+        start = state.parts_sent
+        if state.uncertain_part is not None:
+            start += await self._settle_uncertain(outbound, state.uncertain_part)
+        for index in range(start, len(parts)):
+            part = replace(outbound, text=parts[index], part=index, parts=len(parts))
+            while True:
+                await self._pacer.wait(sender.pacing(part))
+                if self._closing:
+                    return  # still pending: the next start goes on from this part
+                self._sending.add(lane)
+                try:
+                    failure = await self._send_part(sender, part)
+                finally:
+                    self._sending.discard(lane)
+                if failure is None:
+                    break
+                failures += 1
+                if isinstance(failure, Undeliverable) or failures >= self._retry.max_attempts:
+                    await self._give_up(outbound, failure.reason)
+                    return
+                await self._retry_later(sender, part, failure, failures)
+        await self._deliveries.sent(outbound.message_id)
+
+    async def _settle_uncertain(self, outbound: Outbound, part: int) -> int:
+        """How many parts to skip for one the last process may or may not have sent."""
+        skip = self._uncertain is UncertainParts.SKIP
+        log.warning(
+            "a reply part may or may not have been sent before a restart",
+            message_id=outbound.message_id,
+            part=part,
+            policy=self._uncertain.value,
+        )
+        await self._deliveries.uncertain(outbound.message_id, part, skip=skip)
+        return 1 if skip else 0
+
+    async def _send_part(self, sender: PartSender, part: Outbound) -> DeliveryError | None:
+        """Send one part and record that the platform took it; else why it did not.
+
+        The only moment a crash leaves a part in doubt is between the platform taking it
+        and `part_sent` committing: nothing else happens in between. A part marked as
+        being sent and never settled is found at the next start (`_settle_uncertain`).
+        """
+        await self._deliveries.sending(part.message_id, part.part)
+        try:
+            platform_id = await sender.send(part)
+        except DeliveryError as exc:
+            return exc
+        await self._deliveries.part_sent(
+            part.message_id, part.part, part.channel, platform_id, now=self._clock.now()
+        )
+        return None
+
+    async def _retry_later(
+        self, sender: PartSender, part: Outbound, failure: DeliveryError, failures: int
+    ) -> None:
+        await self._deliveries.attempt_failed(part.message_id, failure.reason, final=False)
+        delay = server_wait(failure.retry_after)
+        wait = delay if delay is not None else self._retry.backoff(failures)
+        log.info(
+            "delivery will be retried",
+            message_id=part.message_id,
+            part=part.part,
+            seconds=wait,
+            error=failure.reason,
+        )
+        if delay is None:
+            await asyncio.sleep(wait)
+        else:
+            # The platform's limit: nothing else for this chat or bot goes out meanwhile.
+            self._pacer.hold(sender.pacing(part), delay)
+
+    async def _give_up(self, outbound: Outbound, reason: str) -> None:
+        log.warning("delivery failed", message_id=outbound.message_id, error=reason)
+        await self._deliveries.attempt_failed(outbound.message_id, reason, final=True)

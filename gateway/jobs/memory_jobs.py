@@ -1,0 +1,212 @@
+"""The archive wired into the gateway: around each turn, and as runnable jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TypeVar
+
+from gateway.clock import Clock
+from gateway.jobs.queue import JobQueue
+from gateway.llm import ChatTurn, LLMProvider, Prompt, complete
+from gateway.settings import LLMProviderName, Settings
+from gateway.turns.runner import TurnContext
+from memory.archive.archive import Archive
+from memory.archive.jobs import (
+    EXTRACT,
+    ROLLUP,
+    SUMMARIZE,
+    ArchiveJobs,
+    Enqueue,
+    RetryPolicy,
+    rollup_key,
+    summarize_key,
+)
+from memory.archive.limits import MemoryLimits
+from memory.archive.reads import NewChunk
+from memory.archive.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer
+from memory.archive.transcript import transcript_path, write_transcript
+from memory.profile.jobs import TIDY, ProfileJobs, ProfileLimits
+from memory.profile.profiles import Profiles
+from memory.storage.leases import Leases
+from memory.storage.repositories import Repositories
+
+T = TypeVar("T")
+
+
+def memory_limits(settings: Settings) -> MemoryLimits:
+    configured = MemoryLimits(
+        live_window_tokens=settings.live_window_tokens,
+        chunk_tokens=settings.chunk_tokens,
+        chunk_min_tokens=settings.chunk_min_tokens,
+        summary_tokens=settings.summary_tokens,
+        summary_window_tokens=settings.summary_window_tokens or settings.llm_context_tokens // 2,
+        consolidate_at=settings.consolidate_at,
+        consolidate_count=settings.consolidate_count,
+        rollup_keep=settings.rollup_keep,
+        rollup_batch=settings.rollup_batch,
+    )
+    return configured.scaled(settings.llm_context_tokens)
+
+
+class ProviderTextModel:
+    """A language model provider as the summariser's `TextModel`."""
+
+    def __init__(self, provider: LLMProvider, model: str | None) -> None:
+        self._provider = provider
+        self._model = model
+
+    async def complete(self, system: str, prompt: str, max_tokens: int) -> str:
+        request = Prompt(system, (ChatTurn("user", prompt),), max_tokens, model=self._model)
+        return await complete(self._provider, request)
+
+
+def profile_limits(settings: Settings) -> ProfileLimits:
+    return ProfileLimits(
+        tidy_at_chars=settings.profile_tidy_at_chars,
+        tidy_target_chars=settings.profile_tidy_target_chars,
+        regrow_chars=settings.profile_tidy_regrow_chars,
+        max_passes=settings.profile_tidy_max_passes,
+        backoff_seconds=settings.profile_tidy_backoff_seconds,
+    )
+
+
+class MemoryJobs:
+    """Every background job of the memory, one typed method each, and by queue name
+    (`run`, for the embedded runner and the arq worker alike)."""
+
+    def __init__(
+        self, archive: ArchiveJobs, profile: ProfileJobs, leases: Leases, lease: timedelta
+    ) -> None:
+        self._archive = archive
+        self._profile = profile
+        self._leases = leases
+        self._lease = lease
+
+    async def run(self, job: str, arg: str) -> None:
+        try:
+            handler = JOBS[job]
+        except KeyError:
+            raise ValueError(f"unknown job {job!r}") from None
+        await handler(self, arg)
+
+    async def summarize(self, chunk_id: int) -> None:
+        # The chunk's own lease says who summarises it.
+        await self._archive.summarize(chunk_id)
+
+    async def rollup(self, conversation_id: uuid.UUID) -> None:
+        await self._leased(f"{ROLLUP}:{conversation_id}", self._archive.rollup, conversation_id)
+
+    async def extract(self, chunk_id: int) -> None:
+        await self._leased(f"{EXTRACT}:{chunk_id}", self._profile.extract, chunk_id)
+
+    async def tidy(self, user_id: uuid.UUID) -> None:
+        await self._leased(f"{TIDY}:{user_id}", self._profile.tidy, user_id)
+
+    async def _leased(self, name: str, work: Callable[[T], Awaitable[None]], arg: T) -> None:
+        # A queue may hand out the same job twice (a retry of one whose worker died,
+        # the sweep); the lease lets one run and the others return at once.
+        async with self._leases.hold(f"job:{name}", self._lease) as mine:
+            if mine:
+                await work(arg)
+
+    async def sweep(self) -> int:
+        return await self._archive.sweep() + await self._profile.sweep()
+
+
+# Queue name -> the typed job, its argument parsed from the queue's string.
+JOBS: dict[str, Callable[[MemoryJobs, str], Awaitable[None]]] = {
+    SUMMARIZE: lambda jobs, arg: jobs.summarize(int(arg)),
+    ROLLUP: lambda jobs, arg: jobs.rollup(uuid.UUID(arg)),
+    EXTRACT: lambda jobs, arg: jobs.extract(int(arg)),
+    TIDY: lambda jobs, arg: jobs.tidy(uuid.UUID(arg)),
+}
+
+
+def build_jobs(
+    settings: Settings,
+    *,
+    archive: Archive,
+    repos: Repositories,
+    profiles: Profiles,
+    provider: LLMProvider,
+    enqueue: Enqueue,
+    clock: Clock,
+) -> MemoryJobs:
+    offline = settings.llm_provider is LLMProviderName.OFFLINE
+    model = None if offline else ProviderTextModel(provider, settings.summary_model)
+    summarizer: Summarizer = (
+        ExtractiveSummarizer()
+        if model is None
+        else ModelSummarizer(model, window_tokens=archive.limits.summary_window_tokens)
+    )
+    archive_jobs = ArchiveJobs(
+        archive=archive,
+        messages=repos.messages,
+        summarizer=summarizer,
+        enqueue=enqueue,
+        now=clock.now,
+        lease=timedelta(seconds=settings.job_lease_seconds),
+        retry=RetryPolicy(
+            settings.archive_retry_base_seconds,
+            settings.archive_retry_max_seconds,
+            settings.archive_notify_after,
+        ),
+        sweep_grace=timedelta(seconds=settings.sweep_interval_seconds * 3),
+    )
+    profile_jobs = ProfileJobs(
+        profiles=profiles,
+        archive=archive,
+        messages=repos.messages,
+        conversations=repos.conversations,
+        model=model,  # the offline provider extracts nothing rather than inventing
+        enqueue=enqueue,
+        now=clock.now,
+        limits=profile_limits(settings),
+    )
+    return MemoryJobs(
+        archive_jobs, profile_jobs, repos.leases, timedelta(seconds=settings.job_lease_seconds)
+    )
+
+
+class ArchiveMemory:
+    """The runner's `TurnMemory`: swap finished chunks in and read the timeline and
+    profile before a turn; cut chunks after it."""
+
+    def __init__(
+        self,
+        archive: Archive,
+        profiles: Profiles,
+        queue: JobQueue,
+        clock: Clock,
+        archive_dir: Path,
+    ) -> None:
+        self._archive = archive
+        self._profiles = profiles
+        self._queue = queue
+        self._clock = clock
+        self._archive_dir = archive_dir
+
+    async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
+        swapped, timeline = await self._archive.prepare_turn(conversation_id)
+        if swapped:
+            await self._queue.enqueue(ROLLUP, str(conversation_id), key=rollup_key(conversation_id))
+        # A group never sees a member's personal profile.
+        return TurnContext(tuple(timeline), await self._profiles.of_conversation(conversation_id))
+
+    async def after_turn(self, conversation_id: uuid.UUID, live_tokens: int) -> None:
+        if live_tokens <= self._archive.limits.live_window_tokens:
+            return  # the live window (a superset of what is unarchived) is within limits
+        for chunk in await self._archive.cut(conversation_id, self._clock.now()):
+            await asyncio.to_thread(self._save, chunk)
+            await self._queue.enqueue(SUMMARIZE, str(chunk.id), key=summarize_key(chunk.id, 0))
+
+    def _save(self, chunk: NewChunk) -> None:
+        if chunk.transcript is not None:
+            path = transcript_path(
+                self._archive_dir, chunk.conversation_id, chunk.id, chunk.time_start
+            )
+            write_transcript(path, chunk.transcript)

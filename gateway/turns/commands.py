@@ -1,0 +1,53 @@
+"""Chat commands (`/status`, `/link CODE`, …): answered by the gateway, not the model.
+
+A command runs in its conversation's turn order, so its answer lands where the person
+expects it; neither the command nor its answer is shown to the model later.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from memory.provenance import COMMAND_SOURCE
+from memory.storage.messages import StoredMessage
+
+__all__ = ["COMMAND_SOURCE", "Commands", "Handler", "Invocation"]
+# `/name`, `/name@botname` (Telegram groups), then optional arguments.
+_COMMAND = re.compile(r"^/([a-z][a-z0-9_]{0,31})(?:@\w+)?(?:\s+(.*))?$", re.IGNORECASE | re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    name: str
+    args: str
+    message: StoredMessage
+
+    @property
+    def conversation_id(self) -> uuid.UUID:
+        return self.message.conversation_id
+
+
+Handler = Callable[[Invocation], Awaitable[str]]
+
+
+class Commands:
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def register(self, name: str, handler: Handler) -> None:
+        self._handlers[name.lower()] = handler
+
+    def parse(self, message: StoredMessage) -> Invocation | None:
+        """The command a typed message invokes, if it is one we know."""
+        if message.source is not None:
+            return None
+        match = _COMMAND.match(message.text.strip())
+        if match is None or match.group(1).lower() not in self._handlers:
+            return None
+        return Invocation(match.group(1).lower(), (match.group(2) or "").strip(), message)
+
+    async def run(self, invocation: Invocation) -> str:
+        return await self._handlers[invocation.name](invocation)

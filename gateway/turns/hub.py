@@ -1,0 +1,70 @@
+"""In-process fan-out of conversation events to live subscribers (web chat sockets).
+
+Each subscriber has a bounded queue; one that falls too far behind is dropped and
+must resume from its last seq, so a slow client never holds up a turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from memory.storage.messages import StoredMessage
+
+QUEUE_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEvent:
+    message: StoredMessage
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaEvent:
+    conversation_id: uuid.UUID
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Overflow:
+    """Sent in place of events a subscriber was too slow to take."""
+
+
+Event = MessageEvent | DeltaEvent | Overflow
+
+
+class Hub:
+    def __init__(self) -> None:
+        self._subscribers: defaultdict[uuid.UUID, set[asyncio.Queue[Event]]] = defaultdict(set)
+
+    @contextlib.contextmanager
+    def subscribe(self, conversation_id: uuid.UUID) -> Iterator[asyncio.Queue[Event]]:
+        queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self._subscribers[conversation_id].add(queue)
+        try:
+            yield queue
+        finally:
+            subscribers = self._subscribers[conversation_id]
+            subscribers.discard(queue)
+            if not subscribers:
+                del self._subscribers[conversation_id]
+
+    def publish(self, conversation_id: uuid.UUID, event: Event) -> None:
+        for queue in self._subscribers.get(conversation_id, ()):
+            try:
+                queue.put_nowait(event)
+            except asyncio.QueueFull:
+                _replace_with_overflow(queue)
+
+    def message(self, message: StoredMessage) -> None:
+        self.publish(message.conversation_id, MessageEvent(message))
+
+
+def _replace_with_overflow(queue: asyncio.Queue[Event]) -> None:
+    while not queue.empty():
+        queue.get_nowait()
+    queue.put_nowait(Overflow())

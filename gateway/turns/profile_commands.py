@@ -1,0 +1,56 @@
+"""`/profile` shows the person what is kept about them; `/forget <text>` retires lines."""
+
+from __future__ import annotations
+
+from gateway.clock import Clock
+from gateway.turns.commands import Commands, Invocation
+from memory.profile.facts import Sources
+from memory.profile.profiles import Profiles
+from memory.storage.conversations import Conversations
+
+
+def register_profile_commands(
+    commands: Commands, conversations: Conversations, profiles: Profiles, clock: Clock
+) -> None:
+    async def show(invocation: Invocation) -> str:
+        owner = await conversations.personal_owner(invocation.conversation_id)
+        if owner is None:
+            return "Profiles are personal: ask me in a direct chat."
+        profile = await profiles.get(owner)
+        if not profile.lines:
+            return "I have not noted anything lasting about you yet."
+        if invocation.args.strip().lower() not in ("sources", "evidence"):
+            return (
+                "What I keep in mind about you:\n"
+                + profile.numbered()
+                + "\n\n(`/profile sources` shows where each line came from.)"
+            )
+        return "What I keep in mind about you, and where you told me:\n" + "\n".join(
+            f"{n}. {fact.text}\n   — {_where(fact.sources)}"
+            for n, fact in enumerate(profile.facts, 1)
+        )
+
+    async def forget(invocation: Invocation) -> str:
+        owner = await conversations.personal_owner(invocation.conversation_id)
+        if owner is None:
+            return "Profiles are personal: ask me in a direct chat."
+        needle = invocation.args.strip()
+        if len(needle) < 3:
+            return "Tell me what to forget, e.g. `/forget dentist` (3 characters or more)."
+        gone = await profiles.forget(owner, needle, clock.now())
+        if not gone:
+            return f"Nothing in your profile mentions “{needle}”."
+        listed = "\n".join(f"- {line}" for line in gone)
+        return (
+            f"Forgotten ({len(gone)}):\n{listed}\n"
+            "They are out of your profile; a record is kept in your retired facts."
+        )
+
+    commands.register("profile", show)
+    commands.register("forget", forget)
+
+
+def _where(sources: Sources) -> str:
+    if not sources:
+        return "source unknown (noted before sources were kept)"
+    return "; ".join(evidence.describe() for evidence in sources)

@@ -1,0 +1,321 @@
+"""Turns: one at a time per conversation, coalescing messages that arrive meanwhile.
+
+`request(conversation)` makes sure a loop is running for that conversation. The loop
+runs a turn for everything unanswered, then looks again: messages that arrived during
+a turn are answered together by the next one. What is unanswered is read from the
+database, so a turn cut short by a crash is simply run again on the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import structlog
+
+from gateway.clock import Clock
+from gateway.errors import LLMError
+from gateway.llm import LLMProvider, Prompt
+from gateway.text import clean
+from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
+from gateway.turns.hub import DeltaEvent, Hub
+from memory.archive.reads import ChunkView
+from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
+from memory.provenance import NOTICE_SOURCE
+from memory.storage.conversations import Conversations, TurnState
+from memory.storage.messages import Messages, NewMessage, StoredMessage
+from memory.storage.models import Delivery, Role
+from memory.tokens import message_tokens
+
+log = structlog.get_logger(__name__)
+
+MODEL_DOWN_NOTICE = (
+    "Sorry — I couldn't reach the language model just now, so I can't answer yet. "
+    "Your message is saved; write again in a moment and I'll pick up from here."
+)
+
+
+class Outbox(Protocol):
+    """Where replies go once stored."""
+
+    def delivered_by_storing(self, channel: str) -> bool:
+        """True where clients read stored messages (web chat): nothing to send."""
+        ...
+
+    async def deliver(self, reply: StoredMessage, trigger: StoredMessage) -> None:
+        """Send a stored reply; `trigger` is the message that started the turn."""
+        ...
+
+
+# Held while the model writes an answer to a message (typing indicators).
+Presence = Callable[[StoredMessage], AbstractAsyncContextManager[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """Read once at a turn's start: what the system prompt shows besides the clock."""
+
+    timeline: tuple[ChunkView, ...] = ()
+    profile: tuple[str, ...] = ()
+
+
+class TurnMemory(Protocol):
+    """What the archive does around a turn."""
+
+    async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
+        """Apply finished archive work; return the timeline rows and the profile."""
+        ...
+
+    async def after_turn(self, conversation_id: uuid.UUID, live_tokens: int) -> None:
+        """Cut chunks if the live window (`live_tokens` after the reply) outgrew its
+        limit; never waits for summaries."""
+        ...
+
+
+class NoMemory:
+    async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
+        return TurnContext()
+
+    async def after_turn(self, conversation_id: uuid.UUID, live_tokens: int) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLimits:
+    context_tokens: int
+    max_reply_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    text: str
+    role: Role = Role.ASSISTANT
+    source: str | None = None
+
+
+class TurnRunner:
+    def __init__(
+        self,
+        *,
+        messages: Messages,
+        conversations: Conversations,
+        llm: LLMProvider,
+        hub: Hub,
+        clock: Clock,
+        persona: str,
+        limits: TurnLimits,
+        outbox: Outbox,
+        commands: Commands | None = None,
+        memory: TurnMemory | None = None,
+        presence: Presence | None = None,
+    ) -> None:
+        self._messages = messages
+        self._conversations = conversations
+        self._llm = llm
+        self._hub = hub
+        self._clock = clock
+        self._persona = persona
+        self._limits = limits
+        self._outbox = outbox
+        self._commands = commands or Commands()
+        self._memory = memory or NoMemory()
+        self._presence = presence or _no_presence
+        # Per-conversation locks held by a loop's step, or by `guard()` from outside.
+        self._guards: dict[uuid.UUID, tuple[asyncio.Lock, int]] = {}
+        # Conversations a command merged into another (linking): their loops end.
+        self._merged: set[uuid.UUID] = set()
+        self._loops: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._again: set[uuid.UUID] = set()
+        self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage]]]] = {}
+        self._closing = False
+
+    def request(self, conversation_id: uuid.UUID) -> None:
+        """Make sure everything unanswered in the conversation gets a turn."""
+        if self._closing:
+            return
+        if conversation_id in self._loops:
+            self._again.add(conversation_id)
+            return
+        task = asyncio.create_task(self._loop(conversation_id), name=f"turns:{conversation_id}")
+        self._loops[conversation_id] = task
+
+    def reply_future(self, conversation_id: uuid.UUID, seq: int) -> asyncio.Future[StoredMessage]:
+        """A future resolved with the reply of the turn that answers user message `seq`."""
+        future: asyncio.Future[StoredMessage] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(conversation_id, []).append((seq, future))
+        return future
+
+    def forget_future(
+        self, conversation_id: uuid.UUID, future: asyncio.Future[StoredMessage]
+    ) -> None:
+        waiters = self._waiters.get(conversation_id, [])
+        waiters[:] = [(seq, f) for seq, f in waiters if f is not future]
+        if not waiters:
+            self._waiters.pop(conversation_id, None)
+
+    async def close(self, deadline: float) -> None:
+        """Stop taking turns, let running ones finish within `deadline` s, cancel the rest.
+
+        A cancelled turn stored nothing of its reply, so it runs again on the next start.
+        """
+        self._closing = True
+        tasks = list(self._loops.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=deadline)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    @contextlib.asynccontextmanager
+    async def guard(self, conversation_id: uuid.UUID) -> AsyncIterator[None]:
+        """Hold a conversation's turns: wait for a running step to end and keep the
+        next from starting until released (linking rewrites the conversation).
+        Not re-entrant: a step must not guard its own conversation."""
+        lock, users = self._guards.get(conversation_id, (asyncio.Lock(), 0))
+        self._guards[conversation_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._guards[conversation_id]
+            if users <= 1:
+                del self._guards[conversation_id]
+            else:
+                self._guards[conversation_id] = (lock, users - 1)
+
+    async def _loop(self, conversation_id: uuid.UUID) -> None:
+        # A loop starts because a message arrived: the first round goes straight to the
+        # turn. Later rounds first ask one small question: is anything unanswered? A
+        # message stored meanwhile has set `_again` (the loop was still registered).
+        known_owed = True
+        try:
+            while not self._closing and conversation_id not in self._merged:
+                self._again.discard(conversation_id)
+                if not known_owed and not await self._conversations.owes_reply(conversation_id):
+                    if conversation_id in self._again:
+                        continue
+                    break
+                async with self.guard(conversation_id):
+                    context = await self._memory.before_turn(conversation_id)
+                    state = await self._conversations.load_turn(conversation_id)
+                    if state is None:
+                        if not known_owed:
+                            break  # owed, yet nothing to answer: a merge answered it
+                        known_owed = False
+                        continue
+                    known_owed = False
+                    await self._step(state, context)
+        except Exception:
+            log.exception("turn loop failed", conversation_id=str(conversation_id))
+        finally:
+            self._loops.pop(conversation_id, None)
+            self._merged.discard(conversation_id)
+
+    async def _step(self, state: TurnState, context: TurnContext) -> None:
+        """Answer the first command, or every message before the first command."""
+        invocations = [self._commands.parse(m) for m in state.unanswered]
+        if invocations[0] is not None:
+            await self._run_command(state, invocations[0])
+            return
+        count = next((i for i, inv in enumerate(invocations) if inv is not None), len(invocations))
+        answered = state.unanswered[:count]
+        upto = answered[-1].seq
+        # Later user messages (after a command) belong to later turns.
+        live = tuple(m for m in state.live if m.role is not Role.USER or m.seq <= upto)
+        state = replace(state, live=live, unanswered=answered)
+        async with self._presence(answered[-1]):
+            answer = await self._model(state, context)
+        reply = await self._finish(state, answered[-1], answer)
+        live_tokens = sum(m.token_count for m in state.live) + reply.token_count
+        await self._memory.after_turn(state.conversation_id, live_tokens)
+
+    async def _run_command(self, state: TurnState, invocation: Invocation) -> None:
+        answer = await self._command(invocation)
+        # A command may move its own message: `/link CODE` merges this conversation
+        # into another. The answer follows the message, and that conversation's
+        # turns take over from here.
+        trigger = await self._messages.message_by_id(invocation.message.id) or invocation.message
+        moved = trigger.conversation_id != state.conversation_id
+        if moved:
+            self._merged.add(state.conversation_id)
+            state = replace(state, conversation_id=trigger.conversation_id)
+        await self._finish(state, trigger, answer)
+        if moved:
+            self.request(trigger.conversation_id)
+
+    async def _command(self, invocation: Invocation) -> _Answer:
+        return _Answer(await self._commands.run(invocation), Role.EVENT, COMMAND_SOURCE)
+
+    async def _model(self, state: TurnState, context: TurnContext) -> _Answer:
+        clock = clock_context(self._clock.now(), state.timezone, state.previous_at)
+        window = self._limits.context_tokens - self._limits.max_reply_tokens
+        # The timeline may use up to half the window; the live messages get the rest.
+        rows = render_timeline(context.timeline, state.timezone, budget=window // 2)
+        profile = "\n".join(f"- {line}" for line in context.profile)
+        system = system_prompt(self._persona, clock, rows, profile)
+        budget = window - message_tokens(system)
+        turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
+        prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens)
+        try:
+            return _Answer(await self._generate(state.conversation_id, prompt))
+        except LLMError as exc:
+            log.warning(
+                "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)
+            )
+            return _Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE)
+
+    async def _generate(self, conversation_id: uuid.UUID, prompt: Prompt) -> str:
+        pieces: list[str] = []
+        async for piece in self._llm.stream(prompt):
+            pieces.append(piece)
+            # A model server can send what no database stores (NUL, a lone surrogate).
+            self._hub.publish(conversation_id, DeltaEvent(conversation_id, clean(piece)))
+        text = clean("".join(pieces)).strip()
+        if not text:
+            raise LLMError("the model returned an empty reply")
+        return text
+
+    async def _finish(
+        self, state: TurnState, trigger: StoredMessage, answer: _Answer
+    ) -> StoredMessage:
+        """Store the answer as the reply to everything up to `trigger`, then deliver it."""
+        stored_is_sent = self._outbox.delivered_by_storing(trigger.channel)
+        reply, _ = await self._messages.add_message(
+            state.conversation_id,
+            NewMessage(
+                role=answer.role,
+                channel=trigger.channel,
+                text=answer.text,
+                source=answer.source,
+                reply_to_seq=trigger.seq,
+                delivery=Delivery.SENT if stored_is_sent else Delivery.PENDING,
+            ),
+            now=self._clock.now(),
+        )
+        self._hub.message(reply)
+        self._resolve(state.conversation_id, trigger.seq, reply)
+        if not stored_is_sent:
+            await self._outbox.deliver(reply, trigger)
+        return reply
+
+    def _resolve(self, conversation_id: uuid.UUID, upto: int, reply: StoredMessage) -> None:
+        waiters = self._waiters.pop(conversation_id, [])
+        still_waiting = []
+        for seq, future in waiters:
+            if seq > upto:
+                still_waiting.append((seq, future))
+            elif not future.done():
+                future.set_result(reply)
+        if still_waiting:
+            self._waiters[conversation_id] = still_waiting
+
+
+@contextlib.asynccontextmanager
+async def _no_presence(_: StoredMessage) -> AsyncIterator[None]:
+    yield

@@ -1,0 +1,56 @@
+"""`/status`: the state of the person's conversation and its archive, in plain words."""
+
+from __future__ import annotations
+
+from gateway.turns.commands import Commands, Invocation
+from memory.archive.archive import Archive
+from memory.archive.reads import ArchiveStatus
+from memory.profile.profiles import Profiles
+from memory.storage.deliveries import Deliveries
+from memory.storage.models import ChunkStatus
+
+LEVEL_NAMES = {0: "chunks", 1: "consolidated chunks"}
+
+
+def register_status(
+    commands: Commands, archive: Archive, deliveries: Deliveries, profiles: Profiles
+) -> None:
+    async def status(invocation: Invocation) -> str:
+        conversation = invocation.conversation_id
+        lines = [describe(await archive.status(conversation))]
+        uncertain = await deliveries.uncertain_parts(conversation)
+        if uncertain:
+            lines.append(
+                f"Reply parts in doubt after a restart: {uncertain} "
+                "(the gateway stopped while sending them)."
+            )
+        refused = await profiles.refused_in(conversation)
+        if refused:
+            lines.append(
+                f"Profile facts refused: {refused} (the model offered them without a "
+                "message you typed to show for them)."
+            )
+        return "\n".join(lines)
+
+    commands.register("status", status)
+
+
+def describe(status: ArchiveStatus) -> str:
+    lines = [f"Live conversation: about {status.live_tokens:,} tokens."]
+    levels = sorted({level for level, _ in status.chunks})
+    if not levels:
+        lines.append("Archive: empty so far.")
+    for level in levels:
+        name = LEVEL_NAMES.get(level, f"level-{level} summaries")
+        counts = {state: status.chunks.get((level, state), 0) for state in ChunkStatus}
+        parts = [f"{counts[ChunkStatus.READY]} ready"]
+        if counts[ChunkStatus.PENDING]:
+            parts.append(f"{counts[ChunkStatus.PENDING]} being summarised")
+        if counts[ChunkStatus.FAILED]:
+            parts.append(f"{counts[ChunkStatus.FAILED]} failing (retrying)")
+        lines.append(f"Archive {name}: {', '.join(parts)}.")
+    lines.append(f"Background jobs waiting: {status.pending_work}.")
+    if status.last_error:
+        when = f" at {status.last_error_at:%Y-%m-%d %H:%M} UTC" if status.last_error_at else ""
+        lines.append(f"Last archive error{when}: {status.last_error[:300]}")
+    return "\n".join(lines)

@@ -1,0 +1,204 @@
+"""Repository for conversations: one per person, one per group, and what each owes.
+
+Conversation rows are made here and nowhere else (`personal_conversation`,
+`Conversations.group_conversation`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.storage.messages import MESSAGE_COLUMNS, StoredMessage, message_view
+from memory.storage.models import Conversation, ConversationKind, Message, Role, User
+
+_CREATE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationView:
+    id: uuid.UUID
+    kind: ConversationKind
+    user_id: uuid.UUID | None
+    title: str
+    created_at: datetime
+    last_message_at: datetime | None
+    message_count: int
+    owes_reply: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TurnState:
+    """What a turn needs from storage, read in one go at its start."""
+
+    conversation_id: uuid.UUID
+    timezone: str
+    group: bool
+    live: tuple[StoredMessage, ...]
+    # User messages after the last answered one, oldest first (never empty).
+    unanswered: tuple[StoredMessage, ...]
+    # When the message before this turn's new messages was sent (None: nothing before).
+    previous_at: datetime | None
+
+
+def personal_conversation(user_id: uuid.UUID, title: str, now: datetime) -> Conversation:
+    """A person's own conversation: the one that never resets."""
+    return Conversation(
+        kind=ConversationKind.PERSONAL, user_id=user_id, title=title, created_at=now
+    )
+
+
+class Conversations:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def owes_reply(self, conversation_id: uuid.UUID) -> bool:
+        """Whether a user message of the conversation is still unanswered."""
+        async with self._sessions() as session:
+            found = await session.scalar(
+                select(Conversation.id).where(
+                    Conversation.id == conversation_id,
+                    Conversation.last_user_seq > Conversation.answered_seq,
+                )
+            )
+        return found is not None
+
+    async def conversations_owing_reply(self) -> list[uuid.UUID]:
+        query = select(Conversation.id).where(
+            Conversation.last_user_seq > Conversation.answered_seq
+        )
+        async with self._sessions() as session:
+            return list((await session.scalars(query)).all())
+
+    async def load_turn(self, conversation_id: uuid.UUID) -> TurnState | None:
+        """The live window, what the turn answers (every user message after the last
+        answered one) and when the message before those was sent; None if nothing is
+        unanswered."""
+        async with self._sessions() as session:
+            answered, last_user, kind, timezone = (
+                await session.execute(
+                    select(
+                        Conversation.answered_seq,
+                        Conversation.last_user_seq,
+                        Conversation.kind,
+                        User.timezone,
+                    )
+                    .outerjoin(User, User.id == Conversation.user_id)
+                    .where(Conversation.id == conversation_id)
+                )
+            ).one()
+            if last_user <= answered:
+                return None
+            rows = await session.execute(
+                select(*MESSAGE_COLUMNS)
+                .where(Message.conversation_id == conversation_id, Message.chunk_id.is_(None))
+                .order_by(Message.seq)
+            )
+            live = tuple(message_view(row) for row in rows)
+            unanswered = [m for m in live if m.role is Role.USER and m.seq > answered]
+            if not unanswered:
+                return None
+            first_new = unanswered[0]
+            earlier = [m for m in live if m.seq < first_new.seq]
+            previous_at = earlier[-1].sent_at if earlier else None
+            if previous_at is None and first_new.seq > 1:
+                # Everything before this turn is archived: ask the archive's edge.
+                previous_at = await session.scalar(
+                    select(Message.created_at)
+                    .where(Message.conversation_id == conversation_id, Message.seq < first_new.seq)
+                    .order_by(Message.seq.desc())
+                    .limit(1)
+                )
+        return TurnState(
+            conversation_id=conversation_id,
+            timezone=timezone or "UTC",
+            group=kind == ConversationKind.GROUP,
+            live=live,
+            unanswered=tuple(unanswered),
+            previous_at=previous_at,
+        )
+
+    async def list_conversations(
+        self, *, limit: int, offset: int, user_id: uuid.UUID | None = None
+    ) -> Sequence[ConversationView]:
+        query = select(Conversation).order_by(
+            Conversation.last_message_at.desc().nulls_last(), Conversation.id
+        )
+        if user_id is not None:
+            query = query.where(Conversation.user_id == user_id)
+        async with self._sessions() as session:
+            rows = (await session.scalars(query.limit(limit).offset(offset))).all()
+        return [_conversation_view(row) for row in rows]
+
+    async def get_conversation(self, conversation_id: uuid.UUID) -> ConversationView | None:
+        async with self._sessions() as session:
+            row = await session.get(Conversation, conversation_id)
+        return None if row is None else _conversation_view(row)
+
+    async def personal_owner(self, conversation_id: uuid.UUID) -> uuid.UUID | None:
+        """The person whose own conversation this is; None for a group."""
+        async with self._sessions() as session:
+            return await session.scalar(
+                select(Conversation.user_id).where(
+                    Conversation.id == conversation_id,
+                    Conversation.kind == ConversationKind.PERSONAL,
+                )
+            )
+
+    async def group_conversation(
+        self, channel: str, group_id: str, *, title: str, now: datetime
+    ) -> uuid.UUID:
+        """The conversation of a group chat, created on its first message."""
+        query = select(Conversation.id).where(
+            Conversation.channel == channel, Conversation.group_id == group_id
+        )
+        for _ in range(_CREATE_ATTEMPTS):
+            async with self._sessions() as session:
+                found = await session.scalar(query)
+                if found is not None:
+                    return found
+                conversation = Conversation(
+                    kind=ConversationKind.GROUP,
+                    channel=channel,
+                    group_id=group_id,
+                    title=title[:200],
+                    created_at=now,
+                )
+                session.add(conversation)
+                try:
+                    await session.commit()
+                except IntegrityError:
+                    continue  # created meanwhile by a concurrent first message
+                return conversation.id
+        raise RuntimeError("could not create a group conversation")
+
+    async def group_of(self, conversation_id: uuid.UUID) -> str | None:
+        """The platform group id of a group conversation; None for a personal one."""
+        query = select(Conversation.kind, Conversation.group_id).where(
+            Conversation.id == conversation_id
+        )
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        if row is None or row.kind != ConversationKind.GROUP:
+            return None
+        group_id: str | None = row.group_id
+        return group_id
+
+
+def _conversation_view(row: Conversation) -> ConversationView:
+    return ConversationView(
+        id=row.id,
+        kind=row.kind,
+        user_id=row.user_id,
+        title=row.title,
+        created_at=row.created_at,
+        last_message_at=row.last_message_at,
+        message_count=row.last_seq,
+        owes_reply=row.last_user_seq > row.answered_seq,
+    )

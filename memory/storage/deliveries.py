@@ -1,0 +1,201 @@
+"""Repository for the delivery state of replies: parts sent, failures, receipts.
+
+A reply split into parts records each part the platform took in the same transaction
+that advances `delivery_parts_sent`, so a retry after a 429 or a crash resumes with the
+first part not yet sent and never repeats one. Receipts (WhatsApp statuses) find the
+reply through the platform id of the part they are about.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.storage.models import Delivery, Message, SentPart
+
+# Receipts only ever move a part forward; they arrive in any order.
+_RANK = {Delivery.SENT: 1, Delivery.DELIVERED: 2, Delivery.READ: 3}
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryState:
+    message_id: int
+    delivery: Delivery | None
+    parts_sent: int
+    attempts: int
+    # A part whose send call was in flight when the process stopped: the platform may
+    # or may not have taken it.
+    uncertain_part: int | None = None
+
+
+class Deliveries:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def state(self, message_id: int) -> DeliveryState | None:
+        query = select(
+            Message.delivery,
+            Message.delivery_parts_sent,
+            Message.delivery_attempts,
+            Message.delivery_sending_part,
+        ).where(Message.id == message_id)
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        if row is None:
+            return None
+        delivery = row.delivery
+        sending = row.delivery_sending_part
+        return DeliveryState(
+            message_id,
+            delivery,
+            row.delivery_parts_sent,
+            row.delivery_attempts,
+            uncertain_part=sending if sending == row.delivery_parts_sent else None,
+        )
+
+    async def sending(self, message_id: int, part: int) -> None:
+        """A send call for `part` is about to go out (cleared once its answer is in)."""
+        await self._update(message_id, delivery_sending_part=part)
+
+    async def uncertain(self, message_id: int, part: int, *, skip: bool) -> None:
+        """Count `part` as uncertain; with `skip`, treat it as sent and go on after it."""
+        values: dict[str, object] = {
+            "delivery_sending_part": None,
+            "delivery_uncertain": Message.delivery_uncertain + 1,
+        }
+        if skip:
+            values["delivery_parts_sent"] = part + 1
+        await self._update(message_id, **values)
+
+    async def uncertain_parts(self, conversation_id: uuid.UUID) -> int:
+        async with self._sessions() as session:
+            total = await session.scalar(
+                select(func.coalesce(func.sum(Message.delivery_uncertain), 0)).where(
+                    Message.conversation_id == conversation_id,
+                    Message.delivery_uncertain > 0,
+                )
+            )
+        return int(total or 0)
+
+    async def _update(self, message_id: int, **values: object) -> None:
+        async with self._sessions() as session:
+            await session.execute(update(Message).where(Message.id == message_id).values(values))
+            await session.commit()
+
+    async def part_sent(
+        self, message_id: int, part: int, channel: str, platform_id: str | None, *, now: datetime
+    ) -> None:
+        async with self._sessions() as session:
+            if platform_id is not None:
+                session.add(
+                    SentPart(
+                        message_id=message_id,
+                        part=part,
+                        channel=channel,
+                        platform_message_id=platform_id,
+                        status=Delivery.SENT,
+                        updated_at=now,
+                    )
+                )
+            done = {"delivery_parts_sent": part + 1, "delivery_sending_part": None}
+            await session.execute(update(Message).where(Message.id == message_id).values(done))
+            try:
+                await session.commit()
+            except IntegrityError:
+                # The part was recorded before (a resend after a crash): count it only.
+                await session.rollback()
+                await session.execute(update(Message).where(Message.id == message_id).values(done))
+                await session.commit()
+
+    async def sent(self, message_id: int) -> None:
+        """Every part went out. Receipts that came first are not undone."""
+        async with self._sessions() as session:
+            await session.execute(
+                update(Message)
+                .where(Message.id == message_id, Message.delivery == Delivery.PENDING)
+                .values(
+                    delivery=Delivery.SENT,
+                    delivery_attempts=Message.delivery_attempts + 1,
+                )
+            )
+            await session.commit()
+
+    async def attempt_failed(self, message_id: int, error: str, *, final: bool) -> None:
+        values: dict[str, object] = {
+            "delivery_error": error,
+            "delivery_attempts": Message.delivery_attempts + 1,
+            # The platform answered: the part is known not to be sent.
+            "delivery_sending_part": None,
+        }
+        if final:
+            values["delivery"] = Delivery.FAILED
+        await self._update(message_id, **values)
+
+    async def receipt(
+        self,
+        channel: str,
+        platform_id: str,
+        status: Delivery,
+        error: str | None,
+        *,
+        now: datetime,
+    ) -> bool:
+        """Apply a platform's report about a part we sent; False if it is not ours."""
+        async with self._sessions() as session:
+            part = await session.scalar(
+                select(SentPart).where(
+                    SentPart.channel == channel, SentPart.platform_message_id == platform_id
+                )
+            )
+            if part is None:
+                return False
+            if not _moves_forward(part.status, status):
+                return True
+            part.status = status
+            part.error = error
+            part.updated_at = now
+            await session.flush()
+            await _settle(session, part.message_id)
+            await session.commit()
+            return True
+
+
+def _moves_forward(current: Delivery, reported: Delivery) -> bool:
+    if current is Delivery.FAILED:
+        return False
+    if reported is Delivery.FAILED:
+        return current is not Delivery.READ
+    return _RANK.get(reported, 0) > _RANK.get(current, 0)
+
+
+async def _settle(session: AsyncSession, message_id: int) -> None:
+    """Set the reply's state from its parts: failed if any failed, else the least
+    advanced part's state, once every part has been sent."""
+    message = await session.get(Message, message_id)
+    if message is None:
+        return
+    rows = (
+        await session.execute(
+            select(SentPart.status, SentPart.error)
+            .where(SentPart.message_id == message_id)
+            .order_by(SentPart.part)
+        )
+    ).all()
+    failed = [
+        row.error or "the platform reported the message as failed"
+        for row in rows
+        if row.status == Delivery.FAILED
+    ]
+    if failed:
+        message.delivery = Delivery.FAILED
+        message.delivery_error = failed[0]
+        return
+    if message.delivery in (Delivery.PENDING, Delivery.FAILED):
+        return  # later parts are still on their way, or delivery gave up
+    least = min((row.status for row in rows), key=lambda d: _RANK.get(d, 0))
+    message.delivery = least

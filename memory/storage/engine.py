@@ -1,0 +1,63 @@
+"""Database engine and sessions (SQLite in WAL mode, or Postgres via asyncpg)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from memory.storage.files import create_private_file, private_dir, tighten
+
+# SQLite's companions of the database file: it creates them with the database's mode.
+_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """Create the async engine; SQLite gets WAL, a busy timeout and foreign keys."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_async_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    # A `file:` URI (uri=true) names its file and mode itself: it is not a path to create.
+    if parsed.database and parsed.database != ":memory:" and not parsed.query.get("uri"):
+        _private_database(Path(parsed.database))
+    # Every aiosqlite connection is a thread with its pragmas: keep enough of them open
+    # that a burst does not open and close connections per request.
+    engine = create_async_engine(url, pool_size=20, max_overflow=10)
+    event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _private_database(path: Path) -> None:
+    """Create the database file 0600 before SQLite opens it, so it is never readable by
+    others and neither are the -wal and -shm files SQLite gives the same mode."""
+    private_dir(path.parent)
+    create_private_file(path)
+    # Files left by a version that did not make them private.
+    for suffix in _SQLITE_SIDE_FILES:
+        tighten(path.with_name(path.name + suffix))
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # synchronous=NORMAL in WAL mode survives an application crash; an OS crash or power
+    # loss can lose the last few commits (documented in the README).
+    cursor = dbapi_connection.cursor()
+    for pragma in (
+        "journal_mode=WAL",
+        "synchronous=NORMAL",
+        "busy_timeout=10000",
+        "foreign_keys=ON",
+    ):
+        cursor.execute(f"PRAGMA {pragma}")
+    cursor.close()
+
+
+def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,118 @@
+"""Repository for identities: a platform address, its person and their conversation."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.storage.conversations import personal_conversation
+from memory.storage.models import Conversation, Identity, User
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityRef:
+    identity_id: uuid.UUID
+    user_id: uuid.UUID
+    conversation_id: uuid.UUID
+    timezone: str
+
+
+class UnlinkStatus(StrEnum):
+    UNLINKED = "unlinked"
+    ONLY_IDENTITY = "only identity"
+
+
+class Identities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def resolve_identity(
+        self,
+        channel: str,
+        external_id: str,
+        *,
+        display_name: str,
+        timezone: str,
+        now: datetime,
+    ) -> IdentityRef:
+        """The identity's user and personal conversation, created on first contact."""
+        found = await self._find_identity(channel, external_id)
+        if found is not None:
+            return found
+        async with self._sessions() as session:
+            user = User(display_name=display_name, timezone=timezone, created_at=now)
+            session.add(user)
+            await session.flush()
+            identity = Identity(
+                channel=channel,
+                external_id=external_id,
+                user_id=user.id,
+                display_name=display_name,
+                created_at=now,
+            )
+            conversation = personal_conversation(user.id, display_name, now)
+            session.add_all([identity, conversation])
+            try:
+                await session.commit()
+            except IntegrityError:
+                # Two first messages raced; the other one created the identity.
+                await session.rollback()
+                found = await self._find_identity(channel, external_id)
+                if found is None:
+                    raise
+                return found
+            return IdentityRef(identity.id, user.id, conversation.id, timezone)
+
+    async def _find_identity(self, channel: str, external_id: str) -> IdentityRef | None:
+        query = (
+            select(Identity.id, Identity.user_id, Conversation.id, User.timezone)
+            .join(User, User.id == Identity.user_id)
+            .join(Conversation, Conversation.user_id == User.id)
+            .where(Identity.channel == channel, Identity.external_id == external_id)
+        )
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        return None if row is None else IdentityRef(row[0], row[1], row[2], row[3])
+
+    async def external_id(self, identity_id: uuid.UUID | None) -> str:
+        """The platform address of an identity ('' when there is none)."""
+        if identity_id is None:
+            return ""
+        async with self._sessions() as session:
+            found = await session.scalar(
+                select(Identity.external_id).where(Identity.id == identity_id)
+            )
+        return found or ""
+
+    async def unlink(self, identity_id: uuid.UUID, *, now: datetime) -> UnlinkStatus:
+        """Give the identity a person and a conversation of its own again.
+
+        The history stays where it is (with the person's other channels)."""
+        async with self._sessions() as session:
+            identity = await session.get(Identity, identity_id)
+            if identity is None:
+                raise LookupError(f"no identity {identity_id}")
+            siblings = await session.scalar(
+                select(func.count())
+                .select_from(Identity)
+                .where(Identity.user_id == identity.user_id)
+            )
+            if (siblings or 0) <= 1:
+                return UnlinkStatus.ONLY_IDENTITY
+            old_user = await session.get(User, identity.user_id)
+            assert old_user is not None
+            user = User(
+                display_name=identity.display_name, timezone=old_user.timezone, created_at=now
+            )
+            session.add(user)
+            await session.flush()
+            session.add(personal_conversation(user.id, identity.display_name, now))
+            identity.user_id = user.id
+            await session.commit()
+            return UnlinkStatus.UNLINKED

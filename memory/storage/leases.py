@@ -1,0 +1,86 @@
+"""Leases: which process does a named piece of work, decided by the database.
+
+A queue can lose or orphan a job (a worker killed mid-job leaves arq's keys behind);
+the lease is what says whether someone is really on it. A holder renews its lease
+while it works; one that dies lets it lapse within `ttl`, and the next try takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+
+import structlog
+from sqlalchemy import delete, or_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.storage.models import Lease
+
+log = structlog.get_logger(__name__)
+
+
+class Leases:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        now: Callable[[], datetime],
+        *,
+        holder: str | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._now = now
+        # One holder per process: a process never competes with itself.
+        self.holder = holder or uuid.uuid4().hex
+
+    async def claim(self, name: str, ttl: timedelta) -> bool:
+        """Take `name` unless a live holder other than us has it."""
+        now = self._now()
+        async with self._sessions() as session:
+            taken = await session.execute(
+                update(Lease)
+                .where(Lease.name == name, or_(Lease.expires_at < now, Lease.holder == self.holder))
+                .values(holder=self.holder, expires_at=now + ttl)
+            )
+            if taken.rowcount == 0:  # type: ignore[attr-defined]
+                values = {"name": name, "holder": self.holder, "expires_at": now + ttl}
+                postgres = session.get_bind().dialect.name == "postgresql"
+                dialect = postgresql if postgres else sqlite
+                taken = await session.execute(
+                    dialect.insert(Lease).values(values).on_conflict_do_nothing()
+                )
+            await session.commit()
+        return bool(taken.rowcount)  # type: ignore[attr-defined]
+
+    async def release(self, name: str) -> None:
+        async with self._sessions() as session:
+            await session.execute(
+                delete(Lease).where(Lease.name == name, Lease.holder == self.holder)
+            )
+            await session.commit()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, name: str, ttl: timedelta) -> AsyncIterator[bool]:
+        """Yield whether `name` is ours; while it is, renew it, and release it after."""
+        if not await self.claim(name, ttl):
+            yield False
+            return
+        renewing = asyncio.create_task(self._renew(name, ttl))
+        try:
+            yield True
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+            await self.release(name)
+
+    async def _renew(self, name: str, ttl: timedelta) -> None:
+        while True:
+            await asyncio.sleep(ttl.total_seconds() / 3)
+            try:
+                await self.claim(name, ttl)
+            except Exception as exc:  # the database blinked: the next renewal may work
+                log.warning("could not renew a lease", lease=name, error=str(exc))

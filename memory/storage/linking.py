@@ -1,0 +1,278 @@
+"""Repository for link codes: one person's identities on several channels become one
+person with one conversation, their two histories merged in arrival order."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.storage.codes import new_code, normalise_code
+from memory.storage.models import Chunk, Conversation, Identity, LinkCode, Message, Role
+
+_CREATE_ATTEMPTS = 3
+
+
+class LinkStatus(StrEnum):
+    READY = "ready"  # the code can be redeemed by this identity
+    LINKED = "linked"
+    UNKNOWN = "unknown"
+    EXPIRED = "expired"
+    USED = "used"
+    ALREADY_LINKED = "already linked"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkCheck:
+    status: LinkStatus
+    # The conversation that holds both histories once the link is made.
+    survivor: uuid.UUID | None = None
+    issuer_channel: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """A message as the merge sees it."""
+
+    id: int
+    conversation_id: uuid.UUID
+    seq: int
+    role: str
+    created_at: datetime
+    reply_to_seq: int | None
+
+
+class Links:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def issue_link_code(
+        self, identity_id: uuid.UUID, *, now: datetime, ttl: timedelta
+    ) -> str:
+        for _ in range(_CREATE_ATTEMPTS):
+            async with self._sessions() as session:
+                user_id = await session.scalar(
+                    select(Identity.user_id).where(Identity.id == identity_id)
+                )
+                if user_id is None:
+                    raise LookupError(f"no identity {identity_id}")
+                code = new_code()
+                session.add(
+                    LinkCode(
+                        code=code,
+                        user_id=user_id,
+                        identity_id=identity_id,
+                        created_at=now,
+                        expires_at=now + ttl,
+                    )
+                )
+                try:
+                    await session.commit()
+                except IntegrityError:
+                    continue
+                return code
+        raise RuntimeError("could not issue a link code")
+
+    async def check_link_code(
+        self, code: str, identity_id: uuid.UUID, *, now: datetime
+    ) -> LinkCheck:
+        """Whether `identity_id` may redeem `code`, and where the histories would meet."""
+        async with self._sessions() as session:
+            return await _check(session, normalise_code(code), identity_id, now)
+
+    async def redeem_link_code(
+        self, code: str, identity_id: uuid.UUID, *, now: datetime, answering_message_id: int
+    ) -> LinkCheck:
+        """Attach the identity's person to the code issuer's, in one transaction.
+
+        All identities of the redeeming person move to the issuer's user, and the two
+        personal conversations become one: messages are renumbered in the order they
+        arrived (each conversation's own order kept), except `answering_message_id` (the
+        `/link CODE` message being answered now), which goes after everything the
+        surviving conversation already had, so it is the one the new answer follows.
+        The archive's chunks of both are dropped and their messages made live again:
+        their seq ranges no longer hold, and the archiver cuts them anew.
+        """
+        code = normalise_code(code)
+        async with self._sessions() as session:
+            check = await _check(session, code, identity_id, now)
+            if check.status is not LinkStatus.READY:
+                return check
+            # The conditional update is the first write: of two racing redemptions,
+            # only one finds the code still unused.
+            claimed = await session.scalar(
+                update(LinkCode)
+                .where(LinkCode.code == code, LinkCode.used_at.is_(None))
+                .values(used_at=now)
+                .returning(LinkCode.user_id)
+            )
+            if claimed is None:
+                await session.rollback()
+                return LinkCheck(LinkStatus.USED)
+            absorbed_user = await session.scalar(
+                select(Identity.user_id).where(Identity.id == identity_id)
+            )
+            assert absorbed_user is not None
+            assert check.survivor is not None
+            await _merge_people(
+                session,
+                survivor_user=claimed,
+                survivor=check.survivor,
+                absorbed_user=absorbed_user,
+                answering_message_id=answering_message_id,
+            )
+            await session.commit()
+            return LinkCheck(LinkStatus.LINKED, check.survivor, check.issuer_channel)
+
+
+async def _check(
+    session: AsyncSession, code: str, identity_id: uuid.UUID, now: datetime
+) -> LinkCheck:
+    row = await session.get(LinkCode, code)
+    if row is None:
+        return LinkCheck(LinkStatus.UNKNOWN)
+    if row.used_at is not None:
+        return LinkCheck(LinkStatus.USED)
+    if row.expires_at <= now:
+        return LinkCheck(LinkStatus.EXPIRED)
+    redeemer = await session.scalar(select(Identity.user_id).where(Identity.id == identity_id))
+    issuer_channel = await session.scalar(
+        select(Identity.channel).where(Identity.id == row.identity_id)
+    )
+    if redeemer == row.user_id:
+        return LinkCheck(LinkStatus.ALREADY_LINKED)
+    survivor = await session.scalar(
+        select(Conversation.id).where(Conversation.user_id == row.user_id)
+    )
+    return LinkCheck(LinkStatus.READY, survivor, issuer_channel or "")
+
+
+async def _merge_people(
+    session: AsyncSession,
+    *,
+    survivor_user: uuid.UUID,
+    survivor: uuid.UUID,
+    absorbed_user: uuid.UUID,
+    answering_message_id: int,
+) -> None:
+    absorbed = await session.scalar(
+        select(Conversation.id).where(Conversation.user_id == absorbed_user)
+    )
+    await session.execute(
+        update(Identity).where(Identity.user_id == absorbed_user).values(user_id=survivor_user)
+    )
+    await session.execute(
+        update(LinkCode).where(LinkCode.user_id == absorbed_user).values(user_id=survivor_user)
+    )
+    if absorbed is not None:
+        await _merge_conversations(session, survivor, absorbed, answering_message_id)
+
+
+async def _merge_conversations(
+    session: AsyncSession, survivor: uuid.UUID, absorbed: uuid.UUID, answering_message_id: int
+) -> None:
+    both = (survivor, absorbed)
+    answered = {
+        row.id: row.answered_seq
+        for row in await session.execute(
+            select(Conversation.id, Conversation.answered_seq).where(Conversation.id.in_(both))
+        )
+    }
+    rows = {
+        conversation: await _rows(session, conversation) for conversation in (survivor, absorbed)
+    }
+    order = _interleave(rows[survivor], rows[absorbed], answering_message_id)
+    new_seq = {(row.conversation_id, row.seq): index for index, row in enumerate(order, 1)}
+    was_answered = [
+        new_seq[(row.conversation_id, row.seq)]
+        for row in order
+        if row.role == Role.USER
+        and (row.seq <= answered[row.conversation_id] or row.id == answering_message_id)
+    ]
+    user_seqs = [new_seq[(r.conversation_id, r.seq)] for r in order if r.role == Role.USER]
+
+    # Chunks describe seq ranges that are about to change.
+    await session.execute(
+        update(Message).where(Message.conversation_id.in_(both)).values(chunk_id=None)
+    )
+    await session.execute(delete(Chunk).where(Chunk.conversation_id.in_(both)))
+    # Park every seq out of the way first: (conversation, seq) is unique at every step.
+    await session.execute(
+        update(Message).where(Message.conversation_id.in_(both)).values(seq=-Message.id)
+    )
+    if order:
+        await session.execute(
+            update(Message),
+            [_renumbered(row, new_seq, survivor) for row in order],
+        )
+    last_at = await session.scalar(
+        select(func.max(Conversation.last_message_at)).where(Conversation.id.in_(both))
+    )
+    await session.execute(delete(Conversation).where(Conversation.id == absorbed))
+    await session.execute(
+        update(Conversation)
+        .where(Conversation.id == survivor)
+        .values(
+            last_seq=len(order),
+            last_user_seq=max(user_seqs, default=0),
+            answered_seq=max(was_answered, default=0),
+            last_message_at=last_at,
+        )
+    )
+
+
+async def _rows(session: AsyncSession, conversation_id: uuid.UUID) -> list[_Row]:
+    query = (
+        select(
+            Message.id,
+            Message.conversation_id,
+            Message.seq,
+            Message.role,
+            Message.created_at,
+            Message.reply_to_seq,
+        )
+        .where(Message.conversation_id == conversation_id)
+        .order_by(Message.seq)
+    )
+    return [_Row(*row) for row in await session.execute(query)]
+
+
+def _interleave(first: Sequence[_Row], second: Sequence[_Row], last_id: int) -> list[_Row]:
+    """Merge two seq-ordered histories by arrival time, keeping each one's own order.
+
+    Arrival time is the gateway's clock, the one clock both histories share. The row
+    `last_id` sorts after every row of the other history."""
+    merged: list[_Row] = []
+    i = j = 0
+    while i < len(first) and j < len(second):
+        a, b = first[i], second[j]
+        if b.id == last_id or (a.id != last_id and a.created_at <= b.created_at):
+            merged.append(a)
+            i += 1
+        else:
+            merged.append(b)
+            j += 1
+    merged.extend(first[i:])
+    merged.extend(second[j:])
+    return merged
+
+
+def _renumbered(
+    row: _Row, new_seq: dict[tuple[uuid.UUID, int], int], survivor: uuid.UUID
+) -> dict[str, Any]:
+    reply_to = None
+    if row.reply_to_seq is not None:
+        reply_to = new_seq.get((row.conversation_id, row.reply_to_seq), row.reply_to_seq)
+    return {
+        "id": row.id,
+        "conversation_id": survivor,
+        "seq": new_seq[(row.conversation_id, row.seq)],
+        "reply_to_seq": reply_to,
+    }

@@ -1,0 +1,239 @@
+"""Repository for the messages of conversations.
+
+Callers get frozen views, never ORM rows, and every method is one short transaction.
+Times are passed in by the caller so the gateway's clock is the only clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.storage.models import Conversation, Delivery, Message, Role
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    id: int
+    conversation_id: uuid.UUID
+    seq: int
+    role: Role
+    channel: str
+    text: str
+    created_at: datetime
+    platform_ts: datetime | None
+    source: str | None
+    author_name: str
+    identity_id: uuid.UUID | None
+    platform_message_id: str | None
+    token_count: int
+    reply_to_seq: int | None
+    delivery: Delivery | None
+    # Why the platform refused the reply (set when delivery failed or is being retried).
+    delivery_error: str | None = None
+
+    @property
+    def sent_at(self) -> datetime:
+        """When the person sent it, where the platform says; else when we received it."""
+        return self.platform_ts or self.created_at
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    role: Role
+    channel: str
+    text: str
+    identity_id: uuid.UUID | None = None
+    author_name: str = ""
+    source: str | None = None
+    platform_message_id: str | None = None
+    platform_ts: datetime | None = None
+    reply_to_seq: int | None = None
+    delivery: Delivery | None = None
+
+
+MESSAGE_COLUMNS = (
+    Message.id,
+    Message.conversation_id,
+    Message.seq,
+    Message.role,
+    Message.channel,
+    Message.text,
+    Message.created_at,
+    Message.platform_ts,
+    Message.source,
+    Message.author_name,
+    Message.identity_id,
+    Message.platform_message_id,
+    Message.token_count,
+    Message.reply_to_seq,
+    Message.delivery,
+    Message.delivery_error,
+)
+
+
+def message_view(row: Any) -> StoredMessage:
+    """A view of a row selected with `MESSAGE_COLUMNS` (or of a `Message`)."""
+    if isinstance(row, Row):  # result rows, in the view's field order: the turn's hot path
+        return StoredMessage(*row)
+    return StoredMessage(*(getattr(row, column.key) for column in MESSAGE_COLUMNS))
+
+
+class Messages:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], *, count_tokens: Callable[[str], int]
+    ) -> None:
+        """`count_tokens` gives the tokens a message's text takes in a prompt (stored
+        with it, so prompt assembly never counts again)."""
+        self._sessions = sessions
+        self._count_tokens = count_tokens
+
+    async def add_message(
+        self, conversation_id: uuid.UUID, new: NewMessage, *, now: datetime
+    ) -> tuple[StoredMessage, bool]:
+        """Store a message under the next seq; `(existing, False)` for a redelivery.
+
+        A redelivery is found by the unique (channel, platform id) refusing the insert,
+        which rolls the seq back too: the common case costs no extra query.
+        """
+        is_user = new.role is Role.USER
+        async with self._sessions() as session:
+            # The UPDATE takes the conversation's write lock first, so concurrent
+            # inserts into one conversation get consecutive seqs without retries.
+            seq = (
+                await session.execute(
+                    update(Conversation)
+                    .where(Conversation.id == conversation_id)
+                    .values(
+                        last_seq=Conversation.last_seq + 1,
+                        last_user_seq=(
+                            Conversation.last_seq + 1 if is_user else Conversation.last_user_seq
+                        ),
+                        answered_seq=(
+                            Conversation.answered_seq
+                            if new.reply_to_seq is None
+                            else new.reply_to_seq
+                        ),
+                        last_message_at=now,
+                    )
+                    .returning(Conversation.last_seq)
+                )
+            ).scalar_one()
+            message = Message(
+                conversation_id=conversation_id,
+                seq=seq,
+                role=new.role,
+                channel=new.channel,
+                identity_id=new.identity_id,
+                author_name=new.author_name,
+                source=new.source,
+                text=new.text,
+                platform_message_id=new.platform_message_id,
+                platform_ts=new.platform_ts,
+                created_at=now,
+                token_count=self._count_tokens(new.text),
+                reply_to_seq=new.reply_to_seq,
+                delivery=new.delivery,
+                delivery_attempts=0,
+            )
+            session.add(message)
+            try:
+                await session.commit()
+            except IntegrityError:
+                await session.rollback()
+                if new.platform_message_id is None:
+                    raise
+                existing = await self.by_platform_id(new.channel, new.platform_message_id)
+                if existing is None:
+                    raise
+                return existing, False
+            return message_view(message), True
+
+    async def by_platform_id(self, channel: str, platform_message_id: str) -> StoredMessage | None:
+        query = select(*MESSAGE_COLUMNS).where(
+            Message.channel == channel, Message.platform_message_id == platform_message_id
+        )
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        return None if row is None else message_view(row)
+
+    async def messages_after(
+        self, conversation_id: uuid.UUID, after_seq: int, limit: int
+    ) -> list[StoredMessage]:
+        query = (
+            select(*MESSAGE_COLUMNS)
+            .where(Message.conversation_id == conversation_id, Message.seq > after_seq)
+            .order_by(Message.seq)
+            .limit(limit)
+        )
+        async with self._sessions() as session:
+            return [message_view(row) for row in await session.execute(query)]
+
+    async def reply_for(self, conversation_id: uuid.UUID, seq: int) -> StoredMessage | None:
+        """The message of the turn that answered user message `seq`, if any yet."""
+        query = (
+            select(*MESSAGE_COLUMNS)
+            .where(Message.conversation_id == conversation_id, Message.reply_to_seq >= seq)
+            .order_by(Message.reply_to_seq, Message.seq)
+            .limit(1)
+        )
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        return None if row is None else message_view(row)
+
+    async def message_at(self, conversation_id: uuid.UUID, seq: int) -> StoredMessage | None:
+        query = select(*MESSAGE_COLUMNS).where(
+            Message.conversation_id == conversation_id, Message.seq == seq
+        )
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        return None if row is None else message_view(row)
+
+    async def message_by_id(self, message_id: int) -> StoredMessage | None:
+        """A message wherever it is now (linking moves messages between conversations)."""
+        query = select(*MESSAGE_COLUMNS).where(Message.id == message_id)
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        return None if row is None else message_view(row)
+
+    async def messages_between(
+        self, conversation_id: uuid.UUID, first_seq: int, last_seq: int
+    ) -> list[StoredMessage]:
+        query = (
+            select(*MESSAGE_COLUMNS)
+            .where(
+                Message.conversation_id == conversation_id,
+                Message.seq.between(first_seq, last_seq),
+            )
+            .order_by(Message.seq)
+        )
+        async with self._sessions() as session:
+            return [message_view(row) for row in await session.execute(query)]
+
+    async def last_channel(self, conversation_id: uuid.UUID) -> str:
+        """The channel the conversation was last written on."""
+        async with self._sessions() as session:
+            found = await session.scalar(
+                select(Message.channel)
+                .where(Message.conversation_id == conversation_id)
+                .order_by(Message.seq.desc())
+                .limit(1)
+            )
+        return found or "webchat"
+
+    async def pending_deliveries(self, limit: int = 500) -> list[StoredMessage]:
+        query = (
+            select(*MESSAGE_COLUMNS)
+            .where(Message.delivery == Delivery.PENDING)
+            .order_by(Message.id)
+            .limit(limit)
+        )
+        async with self._sessions() as session:
+            return [message_view(row) for row in await session.execute(query)]

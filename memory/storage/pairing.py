@@ -1,0 +1,144 @@
+"""Repository for pairing requests: an unknown person waiting for an operator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.storage.codes import new_code, normalise_code
+from memory.storage.models import PairingRequest
+
+_CREATE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    channel: str
+    external_id: str
+    display_name: str
+    code: str
+    created_at: datetime
+    expires_at: datetime
+    approved_at: datetime | None
+
+
+class Approval(StrEnum):
+    APPROVED = "approved"
+    ALREADY_APPROVED = "already approved"
+    EXPIRED = "expired"
+    UNKNOWN = "unknown"
+
+
+def _pairing(row: PairingRequest) -> Pairing:
+    return Pairing(
+        channel=row.channel,
+        external_id=row.external_id,
+        display_name=row.display_name,
+        code=row.code,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        approved_at=row.approved_at,
+    )
+
+
+class Pairings:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def is_approved(self, channel: str, external_id: str) -> bool:
+        query = select(PairingRequest.approved_at).where(
+            PairingRequest.channel == channel, PairingRequest.external_id == external_id
+        )
+        async with self._sessions() as session:
+            return (await session.scalar(query)) is not None
+
+    async def request_pairing(
+        self,
+        channel: str,
+        external_id: str,
+        display_name: str,
+        *,
+        now: datetime,
+        ttl: timedelta,
+        cap: int,
+    ) -> Pairing | None:
+        """The person's live pairing code, a fresh one if theirs expired; None when the
+        channel already has `cap` codes waiting for an operator."""
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                return await self._request_pairing(
+                    channel, external_id, display_name, now=now, ttl=ttl, cap=cap
+                )
+            except IntegrityError:
+                # The same person's first two messages raced, or (rarely) a code
+                # collided: read again and settle on one row.
+                continue
+        raise RuntimeError("could not create a pairing request")
+
+    async def _request_pairing(
+        self,
+        channel: str,
+        external_id: str,
+        display_name: str,
+        *,
+        now: datetime,
+        ttl: timedelta,
+        cap: int,
+    ) -> Pairing | None:
+        async with self._sessions() as session:
+            row = await session.scalar(
+                select(PairingRequest).where(
+                    PairingRequest.channel == channel, PairingRequest.external_id == external_id
+                )
+            )
+            if row is not None and (row.approved_at is not None or row.expires_at > now):
+                return _pairing(row)
+            waiting = await session.scalar(
+                select(func.count())
+                .select_from(PairingRequest)
+                .where(
+                    PairingRequest.channel == channel,
+                    PairingRequest.approved_at.is_(None),
+                    PairingRequest.expires_at > now,
+                )
+            )
+            if (waiting or 0) >= cap:
+                return None
+            if row is None:
+                row = PairingRequest(channel=channel, external_id=external_id)
+                session.add(row)
+            row.display_name = display_name[:200]
+            row.code = new_code()
+            row.created_at = now
+            row.expires_at = now + ttl
+            await session.commit()
+            return _pairing(row)
+
+    async def pending_pairings(self, *, now: datetime) -> list[Pairing]:
+        query = (
+            select(PairingRequest)
+            .where(PairingRequest.approved_at.is_(None), PairingRequest.expires_at > now)
+            .order_by(PairingRequest.created_at, PairingRequest.id)
+        )
+        async with self._sessions() as session:
+            return [_pairing(row) for row in await session.scalars(query)]
+
+    async def approve_pairing(self, code: str, *, now: datetime) -> tuple[Approval, Pairing | None]:
+        async with self._sessions() as session:
+            row = await session.scalar(
+                select(PairingRequest).where(PairingRequest.code == normalise_code(code))
+            )
+            if row is None:
+                return Approval.UNKNOWN, None
+            if row.approved_at is not None:
+                return Approval.ALREADY_APPROVED, _pairing(row)
+            if row.expires_at <= now:
+                return Approval.EXPIRED, _pairing(row)
+            row.approved_at = now
+            await session.commit()
+            return Approval.APPROVED, _pairing(row)
