@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -35,30 +36,21 @@ def serve() -> None:
     from gateway.app import create_app
     from gateway.http.server import server_config
     from gateway.logs import configure_logging
-    from gateway.services import prepare_schema
-    from memory.storage.engine import create_engine
 
     settings = _settings()
     configure_logging(settings.log_level.value)
-
-    async def prepare() -> None:
-        engine = create_engine(settings.resolved_database_url)
-        try:
-            await prepare_schema(engine, migrate_embedded=settings.is_sqlite)
-        finally:
-            await engine.dispose()
-
     try:
-        asyncio.run(prepare())
         application = create_app(settings)
     except ParleyError as exc:
         _fail(str(exc))
-    except OSError as exc:
-        _fail(f"cannot open the database: {exc}")
     typer.echo(f"Parley is listening on http://{settings.host}:{settings.port}", err=True)
-    uvicorn.Server(
+    server = uvicorn.Server(
         server_config(application, settings, host=settings.host, port=settings.port)
-    ).run()
+    )
+    with contextlib.suppress(SystemExit):  # uvicorn's exit when the lifespan refused
+        server.run()
+    if not server.started:  # the lifespan logged why
+        raise typer.Exit(2)
 
 
 @app.command()
@@ -127,11 +119,12 @@ app.add_typer(pairing, name="pairing")
 def pairing_list() -> None:
     """Show the pairing codes waiting for approval."""
     from gateway.channels.pairing import pending_lines
+    from memory.storage.schema import SchemaOutOfDate
 
     settings = _settings()
     try:
         lines = asyncio.run(pending_lines(settings))
-    except ParleyError as exc:
+    except (ParleyError, SchemaOutOfDate) as exc:
         _fail(str(exc))
     typer.echo("\n".join(lines) if lines else "no pairing requests are waiting")
 
@@ -140,11 +133,12 @@ def pairing_list() -> None:
 def pairing_approve(code: Annotated[str, typer.Argument(help="The code the person got.")]) -> None:
     """Let the person with this pairing code talk to the assistant."""
     from gateway.channels.pairing import approve
+    from memory.storage.schema import SchemaOutOfDate
 
     settings = _settings()
     try:
         typer.echo(asyncio.run(approve(settings, code)))
-    except ParleyError as exc:
+    except (ParleyError, SchemaOutOfDate) as exc:
         _fail(str(exc))
 
 

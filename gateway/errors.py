@@ -2,7 +2,6 @@
 
 ParleyError
 ├── ConfigError            a setting is invalid; start-up refuses
-├── SchemaOutOfDate        the database needs `parley migrate`
 ├── AuthError              a token or signature did not verify
 │   └── AccessRefused      the channel's access policy does not let this person in
 ├── InputError             a client sent something we will not store
@@ -22,16 +21,6 @@ class ParleyError(Exception):
 
 class ConfigError(ParleyError):
     """A setting is invalid. The message names it."""
-
-
-class SchemaOutOfDate(ParleyError):
-    def __init__(self, current: str | None, head: str) -> None:
-        self.current = current
-        self.head = head
-        super().__init__(
-            f"database schema is at revision {current or 'none'} but this Parley needs {head}; "
-            "run `parley migrate` first"
-        )
 
 
 class AuthError(ParleyError):

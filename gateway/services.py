@@ -15,9 +15,9 @@ from gateway.channels.core import Core
 from gateway.channels.delivery import DeliveryLoop, RetryPolicy
 from gateway.channels.linking import Linking
 from gateway.channels.policy import AccessPolicy
-from gateway.channels.port import Connector, enabled_connectors
+from gateway.channels.port import Connector
+from gateway.channels.registry import enabled_connectors
 from gateway.clock import Clock, SystemClock
-from gateway.errors import SchemaOutOfDate
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
@@ -33,7 +33,8 @@ from memory.profile.profiles import Profiles
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.files import private_dir, tighten
 from memory.storage.repositories import Repositories
-from memory.storage.schema import current_revision, head_revision, migrate
+from memory.storage.schema import SchemaOutOfDate
+from memory.storage.schema import prepare as prepare_schema
 from memory.tokens import message_tokens
 
 log = structlog.get_logger(__name__)
@@ -148,7 +149,11 @@ class Services:
             stack.push_async_callback(self._stage, "model client", self.llm.aclose)
             # The data dir is Parley's own (database, key, transcripts): its owner's only.
             tighten(private_dir(self.settings.data_dir))
-            await prepare_schema(self.engine, migrate_embedded=self.settings.is_sqlite)
+            try:
+                await prepare_schema(self.engine, migrate_embedded=self.settings.is_sqlite)
+            except SchemaOutOfDate as exc:
+                log.error("cannot start", reason=str(exc))
+                raise
             await self.queue.start()
             stack.push_async_callback(self._stage, "jobs", self.queue.close)
             for connector in self.connectors:
@@ -202,13 +207,3 @@ def _job_queue(settings: Settings) -> JobQueue:
     return EmbeddedQueue(
         concurrency=settings.embedded_job_concurrency, sweep_every=settings.sweep_interval_seconds
     )
-
-
-async def prepare_schema(engine: AsyncEngine, *, migrate_embedded: bool) -> None:
-    """Migrate an embedded SQLite database; refuse a server database that is behind."""
-    if migrate_embedded:
-        await migrate(engine)
-        return
-    current, head = await current_revision(engine), head_revision()
-    if current != head:
-        raise SchemaOutOfDate(current, head)

@@ -11,7 +11,7 @@ from typing import Any
 from gateway.jobs.memory_jobs import ProviderTextModel
 from gateway.jobs.queue import EmbeddedQueue
 from gateway.llm.openai import OpenAIProvider
-from memory.archive.archive import plan_cut
+from memory.archive.cuts import plan_cut
 from memory.archive.jobs import ARCHIVE_TROUBLE_NOTICE
 from memory.archive.limits import MemoryLimits
 from memory.archive.summarize import ModelSummarizer

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from gateway.channels.delivery import Pace, Pacer, RetryPolicy
+from gateway.channels.delivery import Pacer, RetryPolicy
+from gateway.channels.port import Pace
 from gateway.channels.split import split_text, utf16_length
 from memory.storage.engine import create_engine
 from memory.storage.models import Message

@@ -4,6 +4,7 @@ edits, groups, typing, replays, polling and webhook registration."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 from datetime import datetime
@@ -245,7 +246,7 @@ async def test_typing_is_kept_alive_while_the_model_writes(
     llm.script(Reply("done thinking", gate=gate), Reply("hi", gate=second_gate))
     async with platform_gateway(database_url, tmp_path, llm) as p:
         connector = next(c for c in p.gw.services.connectors if c.channel == "telegram")
-        connector.typing_interval = 0.05  # type: ignore[attr-defined]
+        connector.capabilities = dataclasses.replace(connector.capabilities, typing_interval=0.05)
         await p.telegram(tg.text_update(7777, "think hard"))
         await p.tg.wait_until(lambda f: len(f.calls_of("sendChatAction")) >= 3)
         gate.set()

@@ -8,6 +8,7 @@ MarkdownV2, which fails on unescaped model output), split at 4096 UTF-16 units.
 
 # No `from __future__ import annotations`: FastAPI must evaluate the route signatures.
 
+import contextlib
 import hmac
 import logging
 import os
@@ -24,14 +25,12 @@ from connectors.telegram.errors import delivery_error
 from connectors.telegram.normalize import (
     CHANNEL,
     BotUser,
-    chat_id,
     is_group,
     message_key,
     normalize,
 )
 from connectors.telegram.polling import Poller
-from gateway.channels.core import Core
-from gateway.channels.delivery import Pace
+from gateway.channels.port import Capabilities, Gateway, Pace
 from gateway.channels.split import utf16_length
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError
 from gateway.messages import ChatRef, Outbound
@@ -51,7 +50,7 @@ GROUP_INTERVAL = 3.0
 BOT_INTERVAL = 1 / 30
 
 
-def create(core: Core, settings: Settings) -> "TelegramConnector":
+def create(core: Gateway, settings: Settings) -> "TelegramConnector":
     assert settings.telegram_token is not None
     # Opt in to PTB 23's time periods (`RetryAfter.retry_after` as a timedelta) now;
     # otherwise PTB 22 warns from inside its own error class on every 429.
@@ -67,11 +66,10 @@ def create(core: Core, settings: Settings) -> "TelegramConnector":
 
 class TelegramConnector:
     channel = CHANNEL
-    max_chars = MAX_CHARS
     # `sendChatAction` shows "typing…" for at most 5 seconds.
-    typing_interval = 4.0
+    capabilities = Capabilities(max_length=MAX_CHARS, measure=utf16_length, typing_interval=4.0)
 
-    def __init__(self, core: Core, settings: Settings, bot: Bot) -> None:
+    def __init__(self, core: Gateway, settings: Settings, bot: Bot) -> None:
         self.core = core
         self.settings = settings
         self.bot = bot
@@ -156,12 +154,8 @@ class TelegramConnector:
             raise InputError(f"not a Telegram update ({type(exc).__name__})") from None
         if inbound is None:
             return
-        try:
+        with contextlib.suppress(AccessRefused):  # the core has answered the person
             await self.core.receive(inbound)
-        except AccessRefused as refused:
-            target = chat_id(update)
-            if inbound.expects_reply and target is not None:
-                await self._notice(target, refused.answer)
 
     async def _bot_user(self) -> BotUser | None:
         if self._me is None:
@@ -172,13 +166,6 @@ class TelegramConnector:
                 return None
             self._me = BotUser(me.id, me.username or "")
         return self._me
-
-    async def _notice(self, target: int, text: str) -> None:
-        """A gateway answer that is not stored (a refusal, a pairing code)."""
-        try:
-            await self.bot.send_message(target, text)
-        except TelegramError as exc:
-            log.warning("could not send a notice on Telegram", error=str(exc))
 
     # -- output -----------------------------------------------------------------------
 
@@ -204,6 +191,13 @@ class TelegramConnector:
         except TelegramError as exc:
             raise self._delivery_error(target, exc) from None
         return message_key(sent.chat.id, sent.message_id)
+
+    async def notify(self, chat: ChatRef, text: str) -> None:
+        target = self._target(chat.group_id, chat.external_user_id)
+        try:
+            await self.bot.send_message(target, text)
+        except TelegramError as exc:
+            raise self._delivery_error(target, exc) from None
 
     async def typing(self, chat: ChatRef) -> None:
         target = self._target(chat.group_id, chat.external_user_id)

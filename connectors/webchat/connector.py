@@ -3,7 +3,7 @@
 # No `from __future__ import annotations`: FastAPI must evaluate the route signatures,
 # whose dependencies are local to `_router`.
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -13,18 +13,15 @@ from fastapi.responses import HTMLResponse
 from connectors.webchat.schema import ExchangeOut, HistoryOut, NewVisitorOut, SendIn
 from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
-from gateway.channels.core import Core, Received
-from gateway.errors import AuthError, InputError
-from gateway.http.ratelimit import RateLimit, Slots
+from connectors.webchat.visitors import CHANNEL, Visitor, Visitors
+from gateway.channels.port import Capabilities, Gateway, Pace
+from gateway.errors import AuthError
 from gateway.http.wire import MessageOut
-from gateway.messages import Inbound, Outbound
+from gateway.messages import ChatRef, Outbound
 from gateway.secrets import signing_key
 from gateway.settings import Settings
 from gateway.text import MAX_INT64
-from memory.storage.identities import IdentityRef
 
-CHANNEL = "webchat"
-VISITOR_NAME = "Web visitor"
 PAGE = Path(__file__).with_name("page.html")
 PAGE_CSS = PAGE.with_name("page.css")
 PAGE_JS = PAGE.with_name("page.js")
@@ -35,75 +32,40 @@ PAGE_CSP = (
 )
 
 
-def create(core: Core, settings: Settings) -> "WebchatConnector":
+def create(core: Gateway, settings: Settings) -> "WebchatConnector":
     return WebchatConnector(core, settings)
-
-
-@dataclass(frozen=True, slots=True)
-class Visitor:
-    id: str
-    identity: IdentityRef
 
 
 class WebchatConnector:
     channel = CHANNEL
-    # Clients read stored messages (socket, polling): storing a reply delivers it.
-    delivered_by_storing = True
+    # No length limit and no lane: clients read stored messages (socket, polling), so
+    # storing a reply delivers it; a refusal is the answer to the client's own request.
+    capabilities = Capabilities(notices=False)
 
-    def __init__(self, core: Core, settings: Settings) -> None:
-        self.core = core
-        self.settings = settings
-        self._tokens: VisitorTokens | None = None
-        self.new_sessions = RateLimit(settings.webchat_sessions_per_minute, "new sessions")
-        self.messages = RateLimit(settings.webchat_messages_per_minute, "messages")
-        # A client told to wait for a free socket slot tries again after this long.
-        self.sockets = Slots(settings.webchat_sockets_per_visitor, "open sockets", retry_after=10)
-        self.router = _router(self)
+    def __init__(self, core: Gateway, settings: Settings) -> None:
+        self.visitors = Visitors(core, settings)
+        self.router = _router(self.visitors)
 
     async def start(self) -> None:
-        self._tokens = VisitorTokens(signing_key(self.settings))
+        self.visitors.open(VisitorTokens(signing_key(self.visitors.settings)))
 
     async def stop(self) -> None:
         return None
 
     async def send(self, outbound: Outbound) -> None:
-        # Nothing to push: clients read stored messages from the socket or by polling.
-        return None
+        return None  # clients read stored messages
 
-    @property
-    def tokens(self) -> VisitorTokens:
-        if self._tokens is None:
-            raise RuntimeError("web chat used before start()")
-        return self._tokens
+    def pacing(self, outbound: Outbound) -> Sequence[Pace]:
+        return ()
 
-    async def new_visitor(self) -> tuple[Visitor, str]:
-        visitor_id, token = self.tokens.new_visitor()
-        identity = await self.core.identity(CHANNEL, visitor_id, VISITOR_NAME)
-        return Visitor(visitor_id, identity), token
+    async def typing(self, chat: ChatRef) -> None:
+        return None  # the socket streams the reply itself
 
-    async def visitor(self, token: str) -> Visitor:
-        visitor_id = self.tokens.verify(token)
-        return Visitor(visitor_id, await self.core.identity(CHANNEL, visitor_id, VISITOR_NAME))
-
-    async def submit(self, visitor_id: str, text: str, client_id: str | None) -> Received:
-        self.messages.take(visitor_id)
-        if not text.strip():
-            raise InputError("text must not be empty")
-        limit = self.settings.max_message_chars
-        if len(text) > limit:
-            raise InputError(f"text is longer than {limit} characters")
-        inbound = Inbound(
-            channel=CHANNEL,
-            external_user_id=visitor_id,
-            text=text,
-            # Client ids are only unique per visitor; the platform id must be per channel.
-            platform_message_id=None if client_id is None else f"{visitor_id}:{client_id}",
-            display_name=VISITOR_NAME,
-        )
-        return await self.core.receive(inbound)
+    async def notify(self, chat: ChatRef, text: str) -> None:
+        return None  # never called: `capabilities.notices` is off
 
 
-def _router(connector: WebchatConnector) -> APIRouter:
+def _router(visitors: Visitors) -> APIRouter:
     router = APIRouter(tags=["web chat"])
     page_html = PAGE.read_text(encoding="utf-8")
     page_css = PAGE_CSS.read_text(encoding="utf-8")
@@ -114,12 +76,12 @@ def _router(connector: WebchatConnector) -> APIRouter:
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError("send the web chat token as `Authorization: Bearer <token>`")
-        return connector.tokens.verify(token.strip())
+        return visitors.tokens.verify(token.strip())
 
     VisitorId = Annotated[str, Depends(bearer)]
 
     async def visitor(visitor_id: VisitorId) -> Visitor:
-        return Visitor(visitor_id, await connector.core.identity(CHANNEL, visitor_id, VISITOR_NAME))
+        return await visitors.by_id(visitor_id)
 
     CurrentVisitor = Annotated[Visitor, Depends(visitor)]
 
@@ -141,8 +103,8 @@ def _router(connector: WebchatConnector) -> APIRouter:
         responses={429: {"description": "too many new sessions from this address"}},
     )
     async def new_session(request: Request) -> NewVisitorOut:
-        connector.new_sessions.take(request.client.host if request.client else "")
-        visitor, token = await connector.new_visitor()
+        visitors.new_sessions.take(request.client.host if request.client else "")
+        visitor, token = await visitors.new_visitor()
         return NewVisitorOut(token=token, conversation_id=visitor.identity.conversation_id)
 
     @router.post(
@@ -150,8 +112,8 @@ def _router(connector: WebchatConnector) -> APIRouter:
         responses={202: {"description": "stored; the reply is still being written"}},
     )
     async def send_message(body: SendIn, visitor_id: VisitorId, response: Response) -> ExchangeOut:
-        received = await connector.submit(visitor_id, body.text, body.client_id)
-        reply = await connector.core.reply_to(received, connector.settings.reply_wait_seconds)
+        received = await visitors.submit(visitor_id, body.text, body.client_id)
+        reply = await visitors.gateway.reply_to(received, visitors.settings.reply_wait_seconds)
         if reply is None:
             response.status_code = status.HTTP_202_ACCEPTED
         return ExchangeOut(
@@ -165,11 +127,13 @@ def _router(connector: WebchatConnector) -> APIRouter:
         after_seq: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
         limit: Annotated[int, Query(ge=1, le=500)] = 100,
     ) -> HistoryOut:
-        messages = await connector.core.history(visitor.identity.conversation_id, after_seq, limit)
+        messages = await visitors.gateway.history(
+            visitor.identity.conversation_id, after_seq, limit
+        )
         return HistoryOut(messages=[MessageOut.of(m) for m in messages])
 
     @router.websocket("/webchat/ws")
     async def socket(websocket: WebSocket, token: str = "") -> None:
-        await serve_socket(websocket, connector, token)
+        await serve_socket(websocket, visitors, token)
 
     return router

@@ -10,20 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from connectors.webchat.schema import ClientFrame, ResumeFrame
+from connectors.webchat.visitors import Visitor, Visitors
+from gateway.channels.port import StoredMessage
 from gateway.errors import AccessRefused, AuthError, InputError, RateLimited
 from gateway.http.errors import validation_errors
 from gateway.http.wire import MessageOut
 from gateway.turns.hub import DeltaEvent, Event, MessageEvent, Overflow
-from memory.storage.messages import StoredMessage
-
-if TYPE_CHECKING:
-    from connectors.webchat.connector import Visitor, WebchatConnector
 
 CATCH_UP_PAGE = 200
 # Close codes: the 4000s mirror the HTTP status a request would have got.
@@ -34,9 +32,9 @@ TOO_MANY = 4429
 class _Outbox:
     """Everything the server sends, in order, through one lock."""
 
-    def __init__(self, websocket: WebSocket, connector: WebchatConnector, visitor: Visitor) -> None:
+    def __init__(self, websocket: WebSocket, visitors: Visitors, visitor: Visitor) -> None:
         self._ws = websocket
-        self._connector = connector
+        self._gateway = visitors.gateway
         self._conversation = visitor.identity.conversation_id
         self._lock = asyncio.Lock()
         self._sent_seq: int | None = None
@@ -74,9 +72,7 @@ class _Outbox:
     async def _catch_up(self) -> None:
         assert self._sent_seq is not None
         while True:
-            batch = await self._connector.core.history(
-                self._conversation, self._sent_seq, CATCH_UP_PAGE
-            )
+            batch = await self._gateway.history(self._conversation, self._sent_seq, CATCH_UP_PAGE)
             for message in batch:
                 await self._send_message(message)
             if len(batch) < CATCH_UP_PAGE:
@@ -89,30 +85,30 @@ class _Outbox:
         self._sent_seq = message.seq
 
 
-async def serve_socket(websocket: WebSocket, connector: WebchatConnector, token: str) -> None:
+async def serve_socket(websocket: WebSocket, visitors: Visitors, token: str) -> None:
     await websocket.accept()
     try:
-        visitor = await connector.visitor(token)
+        visitor = await visitors.visitor(token)
     except AuthError as exc:
         await websocket.send_json({"type": "error", "code": "unauthorized", "detail": str(exc)})
         await websocket.close(code=UNAUTHORIZED)
         return
     try:
-        connector.sockets.acquire(visitor.id)
+        visitors.sockets.acquire(visitor.id)
     except RateLimited as exc:
         await websocket.send_json(_limited(exc))
         await websocket.close(code=TOO_MANY)
         return
     try:
-        await _converse(websocket, connector, visitor)
+        await _converse(websocket, visitors, visitor)
     finally:
-        connector.sockets.release(visitor.id)
+        visitors.sockets.release(visitor.id)
 
 
-async def _converse(websocket: WebSocket, connector: WebchatConnector, visitor: Visitor) -> None:
-    outbox = _Outbox(websocket, connector, visitor)
-    max_bytes = connector.settings.max_body_bytes
-    with connector.core.hub.subscribe(visitor.identity.conversation_id) as events:
+async def _converse(websocket: WebSocket, visitors: Visitors, visitor: Visitor) -> None:
+    outbox = _Outbox(websocket, visitors, visitor)
+    max_bytes = visitors.settings.max_body_bytes
+    with visitors.gateway.events(visitor.identity.conversation_id) as events:
         forward = asyncio.create_task(_forward(events, outbox))
         try:
             while True:
@@ -127,7 +123,7 @@ async def _converse(websocket: WebSocket, connector: WebchatConnector, visitor: 
                 elif _larger_than(raw, max_bytes):
                     await outbox.error("too_large", f"frame is larger than {max_bytes} bytes")
                 else:
-                    await _handle(raw, connector, visitor, outbox)
+                    await _handle(raw, visitors, visitor, outbox)
         except WebSocketDisconnect:
             pass
         finally:
@@ -141,7 +137,7 @@ async def _forward(events: asyncio.Queue[Event], outbox: _Outbox) -> None:
         await outbox.event(await events.get())
 
 
-async def _handle(raw: str, connector: WebchatConnector, visitor: Visitor, outbox: _Outbox) -> None:
+async def _handle(raw: str, visitors: Visitors, visitor: Visitor, outbox: _Outbox) -> None:
     try:
         frame = ClientFrame.validate_json(raw)
     except ValidationError as exc:
@@ -152,7 +148,7 @@ async def _handle(raw: str, connector: WebchatConnector, visitor: Visitor, outbo
         return
     client_id = frame.client_id
     try:
-        received = await connector.submit(visitor.id, frame.text, client_id)
+        received = await visitors.submit(visitor.id, frame.text, client_id)
     except AccessRefused as refused:
         # Nothing was stored: the answer (a pairing code, a refusal) is all there is.
         await outbox.error("refused", refused.answer, client_id=client_id)

@@ -21,10 +21,9 @@ from fastapi.responses import PlainTextResponse
 from connectors.whatsapp import signature
 from connectors.whatsapp.graph import WINDOW_REASON, GraphClient
 from connectors.whatsapp.normalize import CHANNEL, Notification, parse
-from gateway.channels.core import Core
-from gateway.channels.delivery import Pace
+from gateway.channels.port import Capabilities, Gateway, Pace
 from gateway.channels.split import utf16_length
-from gateway.errors import AccessRefused, DeliveryError, InputError, Undeliverable
+from gateway.errors import AccessRefused, InputError, Undeliverable
 from gateway.messages import ChatRef, Inbound, Outbound
 from gateway.settings import Settings
 from gateway.text import MalformedJSON, load_platform_json
@@ -38,17 +37,16 @@ WINDOW = timedelta(hours=24)
 NUMBER_INTERVAL = 1 / 80
 
 
-def create(core: Core, settings: Settings) -> "WhatsAppConnector":
+def create(core: Gateway, settings: Settings) -> "WhatsAppConnector":
     return WhatsAppConnector(core, settings)
 
 
 class WhatsAppConnector:
     channel = CHANNEL
-    max_chars = MAX_CHARS
     # The typing indicator shows for up to 25 seconds.
-    typing_interval = 20.0
+    capabilities = Capabilities(max_length=MAX_CHARS, measure=utf16_length, typing_interval=20.0)
 
-    def __init__(self, core: Core, settings: Settings) -> None:
+    def __init__(self, core: Gateway, settings: Settings) -> None:
         assert settings.whatsapp_token is not None
         assert settings.whatsapp_app_secret is not None
         assert settings.whatsapp_phone_number_id is not None
@@ -106,20 +104,12 @@ class WhatsAppConnector:
     async def _take(self, inbound: Inbound) -> None:
         try:
             await self.core.receive(inbound)
-        except AccessRefused as refused:
-            if inbound.expects_reply:
-                await self._notice(inbound.external_user_id, refused.answer)
+        except AccessRefused:
+            pass  # the core has answered the person
         except InputError as exc:
             # One unstorable message (an id longer than any real one) must not make
             # WhatsApp retry the rest of its batch for days.
             log.warning("skipped a WhatsApp message Parley cannot store", error=str(exc))
-
-    async def _notice(self, to: str, text: str) -> None:
-        """A gateway answer that is not stored (a refusal, a pairing code)."""
-        try:
-            await self.graph.post(_text_body(to, text))
-        except DeliveryError as exc:
-            log.warning("could not send a notice on WhatsApp", error=exc.reason)
 
     # -- output -----------------------------------------------------------------------
 
@@ -140,6 +130,9 @@ class WhatsAppConnector:
             if isinstance(wamid, str):
                 return wamid
         return None
+
+    async def notify(self, chat: ChatRef, text: str) -> None:
+        await self.graph.post(_text_body(chat.external_user_id, text))
 
     async def typing(self, chat: ChatRef) -> None:
         """Mark the message being answered as read, with a typing indicator."""

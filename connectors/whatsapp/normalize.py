@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gateway.channels.port import Delivery
 from gateway.messages import Inbound
-from memory.storage.models import Delivery
 
 CHANNEL = "whatsapp"
 OBJECT = "whatsapp_business_account"

@@ -1,7 +1,8 @@
-"""The core that connectors talk to: take a message in, hand a reply out.
+"""The core, as connectors see it through the port: take a message in, hand a reply out.
 
 A connector calls `receive()` with a verified, normalised message and acknowledges
-the platform only after it returns: by then the message is committed.
+the platform only after it returns: by then the message is committed. What a channel
+can do (split, pace, type, take notices) is read from its `Capabilities`.
 """
 
 from __future__ import annotations
@@ -10,18 +11,19 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 
 import structlog
 
-from gateway.channels.delivery import DeliveryLoop, PartSender
+from gateway.channels.delivery import DeliveryLoop
 from gateway.channels.policy import AccessPolicy
-from gateway.channels.port import Connector
+from gateway.channels.port import Connector, Received
 from gateway.clock import Clock
+from gateway.errors import AccessRefused, DeliveryError
 from gateway.messages import ChatRef, Inbound, Outbound
 from gateway.text import clean_inbound
-from gateway.turns.hub import Hub
-from gateway.turns.presence import ShowsTyping, typing_while
+from gateway.turns.hub import Event, Hub
+from gateway.turns.presence import typing_while
 from gateway.turns.runner import TurnRunner
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage
@@ -29,14 +31,6 @@ from memory.storage.models import Delivery, Role
 from memory.storage.repositories import Repositories
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Received:
-    message: StoredMessage
-    identity: IdentityRef
-    # False when the platform redelivered a message we already had.
-    created: bool
 
 
 class Core:
@@ -87,9 +81,15 @@ class Core:
 
     async def receive(self, inbound: Inbound) -> Received:
         """Store a message and start its turn; `AccessRefused` (nothing stored) if the
-        channel's policy does not let the sender in, `InputError` if it cannot be stored."""
+        channel's policy does not let the sender in, once its answer is sent where the
+        channel takes notices; `InputError` if it cannot be stored."""
         inbound = clean_inbound(inbound)
-        await self._policy.admit(inbound)
+        try:
+            await self._policy.admit(inbound)
+        except AccessRefused as refused:
+            if inbound.expects_reply:
+                await self._notify(inbound, refused.answer)
+            raise
         ref = await self.identity(inbound.channel, inbound.external_user_id, inbound.display_name)
         conversation_id = ref.conversation_id
         if inbound.group_id is not None:
@@ -140,9 +140,28 @@ class Core:
     ) -> list[StoredMessage]:
         return await self._messages.messages_after(conversation_id, after_seq, limit)
 
+    def events(self, conversation_id: uuid.UUID) -> AbstractContextManager[asyncio.Queue[Event]]:
+        return self.hub.subscribe(conversation_id)
+
     def delivered_by_storing(self, channel: str) -> bool:
         sender = self._senders.get(channel)
-        return bool(getattr(sender, "delivered_by_storing", False))
+        return sender is not None and sender.capabilities.delivered_by_storing
+
+    async def _notify(self, inbound: Inbound, text: str) -> None:
+        """A gateway answer that is not stored (a refusal, a pairing code)."""
+        sender = self._senders.get(inbound.channel)
+        if sender is None or not sender.capabilities.notices:
+            return
+        chat = ChatRef(
+            channel=inbound.channel,
+            external_user_id=inbound.external_user_id,
+            group_id=inbound.group_id,
+            platform_message_id=inbound.platform_message_id,
+        )
+        try:
+            await sender.notify(chat, text)
+        except DeliveryError as exc:
+            log.warning("could not send a notice", channel=inbound.channel, error=exc.reason)
 
     async def deliver(self, reply: StoredMessage, trigger: StoredMessage) -> None:
         """Send a stored reply through the channel of the message that started the turn."""
@@ -152,10 +171,10 @@ class Core:
                 reply.id, f"no {reply.channel} connector is configured", final=True
             )
             return
-        if isinstance(sender, PartSender):
-            chat = await self.chat_of(trigger)
-        else:  # web chat: clients read the database; only the address matters
+        if sender.capabilities.delivered_by_storing:  # only the address matters
             chat = ChatRef(reply.channel, await self._identities.external_id(trigger.identity_id))
+        else:
+            chat = await self.chat_of(trigger)
         outbound = Outbound(
             message_id=reply.id,
             channel=reply.channel,
@@ -180,10 +199,11 @@ class Core:
     async def working(self, trigger: StoredMessage) -> AsyncIterator[None]:
         """While a turn answering `trigger` runs: a typing indicator where it has one."""
         sender = self._senders.get(trigger.channel)
-        if not isinstance(sender, ShowsTyping):
+        interval = None if sender is None else sender.capabilities.typing_interval
+        if sender is None or interval is None:
             yield
             return
-        async with typing_while(sender, await self.chat_of(trigger)):
+        async with typing_while(sender, await self.chat_of(trigger), interval):
             yield
 
     async def receipt(

@@ -5,8 +5,8 @@ Replies are already stored (delivery pending) when they get here. Each chat has 
 lane: a queue worked by one task, so replies and the parts of a split reply arrive in
 order. A part that fails is retried with exponential backoff (a platform's
 `retry_after` wins); each part the platform took is recorded before the next is sent,
-so a retry, or a restart after a crash, resumes where it stopped. A connector that
-cannot split or pace (web chat, whose clients read the database) is called inline.
+so a retry, or a restart after a crash, resumes where it stopped. A connector
+without a length limit (web chat, whose clients read the database) is called inline.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol, runtime_checkable
 
 import structlog
 
 from gateway.backoff import full_jitter, server_wait
-from gateway.channels.port import Connector
+from gateway.channels.port import Connector, Pace
 from gateway.channels.split import split_text
 from gateway.clock import Clock
 from gateway.errors import DeliveryError, Undeliverable
@@ -30,32 +29,6 @@ from memory.storage.deliveries import Deliveries
 from memory.storage.models import Delivery
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Pace:
-    """At most one send per `interval` seconds for everything sharing `key`."""
-
-    key: Hashable
-    interval: float
-
-
-@runtime_checkable
-class PartSender(Protocol):
-    """A connector whose platform limits message length and rate."""
-
-    channel: str
-    max_chars: int
-
-    def measure(self, text: str) -> int:
-        """A text's length as the platform counts it."""
-        ...
-
-    def pacing(self, outbound: Outbound) -> Sequence[Pace]: ...
-
-    async def send(self, outbound: Outbound) -> str | None:
-        """Send one part; return its platform message id, if the platform gives one."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +79,7 @@ class Pacer:
 @dataclass(frozen=True, slots=True)
 class _Job:
     outbound: Outbound
-    sender: PartSender
+    sender: Connector
 
 
 class DeliveryLoop:
@@ -133,7 +106,7 @@ class DeliveryLoop:
 
     async def submit(self, outbound: Outbound, sender: Connector) -> None:
         """Deliver a stored, pending reply; returns once it is queued (or sent inline)."""
-        if not isinstance(sender, PartSender):
+        if sender.capabilities.max_length is None:
             await self._inline(outbound, sender)
             return
         if self._closing:
@@ -189,7 +162,9 @@ class DeliveryLoop:
         state = await self._deliveries.state(outbound.message_id)
         if state is None or state.delivery is not Delivery.PENDING:
             return  # delivered meanwhile, or deleted
-        parts = split_text(outbound.text, sender.max_chars, sender.measure) or [outbound.text]
+        caps = sender.capabilities
+        assert caps.max_length is not None  # checked in submit()
+        parts = split_text(outbound.text, caps.max_length, caps.measure) or [outbound.text]
         failures = state.attempts
         start = state.parts_sent
         if state.uncertain_part is not None:
@@ -226,7 +201,7 @@ class DeliveryLoop:
         await self._deliveries.uncertain(outbound.message_id, part, skip=skip)
         return 1 if skip else 0
 
-    async def _send_part(self, sender: PartSender, part: Outbound) -> DeliveryError | None:
+    async def _send_part(self, sender: Connector, part: Outbound) -> DeliveryError | None:
         """Send one part and record that the platform took it; else why it did not.
 
         The only moment a crash leaves a part in doubt is between the platform taking it
@@ -244,7 +219,7 @@ class DeliveryLoop:
         return None
 
     async def _retry_later(
-        self, sender: PartSender, part: Outbound, failure: DeliveryError, failures: int
+        self, sender: Connector, part: Outbound, failure: DeliveryError, failures: int
     ) -> None:
         await self._deliveries.attempt_failed(part.message_id, failure.reason, final=False)
         delay = server_wait(failure.retry_after)

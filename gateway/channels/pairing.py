@@ -13,12 +13,11 @@ from gateway.errors import InputError
 from gateway.settings import Settings
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.pairing import Approval, Pairing, Pairings
+from memory.storage.schema import prepare as prepare_schema
 
 
 @asynccontextmanager
 async def _pairings(settings: Settings) -> AsyncIterator[Pairings]:
-    from gateway.services import prepare_schema
-
     engine = create_engine(settings.resolved_database_url)
     try:
         await prepare_schema(engine, migrate_embedded=settings.is_sqlite)

@@ -1,27 +1,119 @@
-"""What a channel connector looks like to the core, and the registry that finds them.
+"""The port between the core and a channel connector, both ways.
 
-The registry maps a channel name to an import path and a test of the settings; a
-connector whose credentials are unset is never imported, so its platform SDK is
-never loaded.
+A connector sees `Gateway` (what the core does for it) and nothing else of the core;
+the core sees `Connector` and reads what a channel can do from its `Capabilities`,
+never by probing the object. The storage views a connector reads through the port
+(`IdentityRef`, `StoredMessage`, `Delivery`) are named here so a connector never
+imports storage itself.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
+import asyncio
+import uuid
+from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from gateway.messages import Outbound
-from gateway.settings import Settings
+from gateway.clock import Clock
+from gateway.messages import ChatRef, Inbound, Outbound
+from gateway.turns.hub import Event
+from memory.storage.identities import IdentityRef
+from memory.storage.messages import StoredMessage
+from memory.storage.models import Delivery
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
-    from gateway.channels.core import Core
+__all__ = [
+    "Capabilities",
+    "Connector",
+    "Delivery",
+    "Gateway",
+    "IdentityRef",
+    "Pace",
+    "Received",
+    "StoredMessage",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """At most one send per `interval` seconds for everything sharing `key`."""
+
+    key: Hashable
+    interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a channel can do, as data."""
+
+    # The longest message the platform takes, as `measure` counts; None: no limit, and
+    # no lane either: storing a reply delivers it (clients read the database).
+    max_length: int | None = None
+    measure: Callable[[str], int] = len
+    # Seconds between typing indicators (a little under how long one shows); None: none.
+    typing_interval: float | None = None
+    # Whether a sent message can be edited in place (streaming by edits).
+    edits: bool = False
+    # Whether the core answers a refused person through `notify`; False where the
+    # connector answers the request itself (the web chat's HTTP and socket replies).
+    notices: bool = True
+
+    @property
+    def delivered_by_storing(self) -> bool:
+        return self.max_length is None
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    message: StoredMessage
+    identity: IdentityRef
+    # False when the platform redelivered a message we already had.
+    created: bool
+
+
+class Gateway(Protocol):
+    """What the core does for a connector."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    async def receive(self, inbound: Inbound) -> Received:
+        """Store a verified, normalised message and start its turn; acknowledge the
+        platform only after this returns. `AccessRefused` (nothing stored) if the
+        channel's policy does not let the sender in: the core has already sent the
+        answer where the channel takes notices. `InputError` if it cannot be stored."""
+        ...
+
+    async def identity(
+        self, channel: str, external_id: str, display_name: str = ""
+    ) -> IdentityRef: ...
+
+    async def history(
+        self, conversation_id: uuid.UUID, after_seq: int, limit: int
+    ) -> list[StoredMessage]: ...
+
+    async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:
+        """The reply to a received message, waiting up to `wait_seconds` for its turn."""
+        ...
+
+    def events(self, conversation_id: uuid.UUID) -> AbstractContextManager[asyncio.Queue[Event]]:
+        """New messages and reply deltas of a conversation, while the context is open."""
+        ...
+
+    async def receipt(
+        self, channel: str, platform_id: str, status: Delivery, error: str | None
+    ) -> bool:
+        """A platform's delivery report on a message we sent; False if it is not ours."""
+        ...
 
 
 class Connector(Protocol):
     channel: str
+    capabilities: Capabilities
 
     @property
     def router(self) -> APIRouter | None:
@@ -39,28 +131,15 @@ class Connector(Protocol):
         cannot help)."""
         ...
 
+    def pacing(self, outbound: Outbound) -> Sequence[Pace]:
+        """The rate limits a send to this chat shares with others."""
+        ...
 
-ConnectorFactory = Callable[["Core", Settings], Connector]
+    async def typing(self, chat: ChatRef) -> None:
+        """Show a typing indicator (called only with `capabilities.typing_interval`)."""
+        ...
 
-# channel -> (import path "module:factory", is it configured?)
-REGISTRY: dict[str, tuple[str, Callable[[Settings], bool]]] = {
-    "webchat": ("connectors.webchat:create", lambda settings: True),
-    "telegram": (
-        "connectors.telegram:create",
-        lambda settings: settings.telegram_token is not None,
-    ),
-    "whatsapp": (
-        "connectors.whatsapp:create",
-        lambda settings: settings.whatsapp_token is not None,
-    ),
-}
-
-
-def enabled_connectors(core: Core, settings: Settings) -> list[Connector]:
-    connectors = []
-    for path, configured in REGISTRY.values():
-        if configured(settings):
-            module_name, factory_name = path.split(":")
-            factory: ConnectorFactory = getattr(importlib.import_module(module_name), factory_name)
-            connectors.append(factory(core, settings))
-    return connectors
+    async def notify(self, chat: ChatRef, text: str) -> None:
+        """Send a gateway answer that is not stored (a refusal, a pairing code); called
+        only with `capabilities.notices`. Raise `DeliveryError` on failure."""
+        ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import structlog
 
@@ -19,17 +19,15 @@ from gateway.messages import ChatRef
 log = structlog.get_logger(__name__)
 
 
-@runtime_checkable
 class ShowsTyping(Protocol):
-    # Seconds between two indicators, a little under how long the platform shows one.
-    typing_interval: float
-
     async def typing(self, chat: ChatRef) -> None: ...
 
 
 @contextlib.asynccontextmanager
-async def typing_while(sender: ShowsTyping, chat: ChatRef) -> AsyncIterator[None]:
-    task = asyncio.create_task(_keep_typing(sender, chat), name=f"typing:{chat.channel}")
+async def typing_while(sender: ShowsTyping, chat: ChatRef, interval: float) -> AsyncIterator[None]:
+    """Repeat `sender`'s indicator every `interval` s (a little under how long the
+    platform shows one) until the block ends."""
+    task = asyncio.create_task(_keep_typing(sender, chat, interval), name=f"typing:{chat.channel}")
     try:
         yield
     finally:
@@ -38,10 +36,10 @@ async def typing_while(sender: ShowsTyping, chat: ChatRef) -> AsyncIterator[None
             await task
 
 
-async def _keep_typing(sender: ShowsTyping, chat: ChatRef) -> None:
+async def _keep_typing(sender: ShowsTyping, chat: ChatRef, interval: float) -> None:
     while True:
         try:
             await sender.typing(chat)
         except DeliveryError as exc:
             log.debug("typing indicator failed", channel=chat.channel, error=exc.reason)
-        await asyncio.sleep(sender.typing_interval)
+        await asyncio.sleep(interval)

@@ -17,77 +17,27 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
+from memory.archive.cuts import plan_cut
 from memory.archive.limits import MemoryLimits
 from memory.archive.reads import (
     ArchiveReads,
-    ArchiveStatus,
     ChunkView,
     Claim,
     NewChunk,
     chunk_view,
 )
+from memory.archive.timeline import timeline_roots, visible_rows
 from memory.archive.transcript import render_transcript
 from memory.provenance import dialogue
-from memory.storage.messages import MESSAGE_COLUMNS, StoredMessage, message_view
-from memory.storage.models import Chunk, ChunkStatus, Conversation, Message, Role, User
-
-
-def plan_cut(
-    messages: Sequence[StoredMessage], answered_seq: int, limits: MemoryLimits
-) -> list[list[StoredMessage]]:
-    """Slices of the oldest unarchived messages to archive, oldest first.
-
-    Cuts while what is left exceeds the live limit. Whole messages only; a slice never
-    ends between a user message and the replies that follow it, and never takes a
-    message that is still waiting for its reply.
-    """
-    remaining = sum(m.token_count for m in messages)
-    slices: list[list[StoredMessage]] = []
-    start = 0
-    while remaining > limits.live_window_tokens:
-        taken: list[StoredMessage] = []
-        size = 0
-        index = start
-        while index < len(messages) and messages[index].seq <= answered_seq:
-            message = messages[index]
-            if size >= limits.chunk_tokens and message.role is Role.USER:
-                break
-            taken.append(message)
-            size += message.token_count
-            index += 1
-        if size < limits.chunk_min_tokens:
-            break
-        slices.append(taken)
-        remaining -= size
-        start = index
-    return slices
-
-
-# Everything a timeline row needs; never the transcript.
-TIMELINE_COLUMNS = (
-    Chunk.id,
-    Chunk.conversation_id,
-    Chunk.level,
-    Chunk.seq_start,
-    Chunk.seq_end,
-    Chunk.time_start,
-    Chunk.time_end,
-    Chunk.summary,
-    Chunk.status,
-    Chunk.attempts,
-    Chunk.last_error,
-    Chunk.parent_id,
-    Chunk.in_timeline,
-)
+from memory.storage.messages import MESSAGE_COLUMNS, message_view
+from memory.storage.models import Chunk, ChunkStatus, Conversation, Message, User
 
 
 class Archive(ArchiveReads):
@@ -162,7 +112,7 @@ class Archive(ArchiveReads):
         messages leave the live window and they enter the timeline — then read the
         timeline. True if anything moved."""
         async with self._sessions() as session:
-            roots = await self._roots(session, conversation_id)
+            roots = await timeline_roots(session, conversation_id)
             ready = [
                 r
                 for r in roots
@@ -185,51 +135,14 @@ class Archive(ArchiveReads):
                     .values(in_timeline=True)
                 )
                 await session.commit()
-            rows = await self._visible(session, roots, swapped={chunk.id for chunk in ready})
+            rows = await visible_rows(session, roots, swapped={chunk.id for chunk in ready})
         return bool(ready), rows
 
     async def timeline(self, conversation_id: uuid.UUID) -> list[ChunkView]:
         """The rows the model sees, oldest first: every ready chunk in the timeline
         whose parent is not ready yet."""
         async with self._sessions() as session:
-            return await self._visible(session, await self._roots(session, conversation_id))
-
-    async def _roots(self, session: AsyncSession, conversation_id: uuid.UUID) -> list[Any]:
-        # Unswapped and pending chunks are always roots, and each level keeps only a few:
-        # the same cost for a thousand archived messages as for a million. Plain rows,
-        # not ORM objects: this runs every turn.
-        return list(
-            await session.execute(
-                select(*TIMELINE_COLUMNS).where(
-                    Chunk.conversation_id == conversation_id, Chunk.parent_id.is_(None)
-                )
-            )
-        )
-
-    async def _visible(
-        self, session: AsyncSession, roots: list[Any], swapped: set[int] | None = None
-    ) -> list[ChunkView]:
-        """Ready rows in the timeline: roots, and the children of unfinished parents."""
-        unfinished = [r.id for r in roots if r.status != ChunkStatus.READY and r.level > 0]
-        children = (
-            list(
-                await session.execute(
-                    select(*TIMELINE_COLUMNS).where(
-                        Chunk.parent_id.in_(unfinished), Chunk.status == ChunkStatus.READY
-                    )
-                )
-            )
-            if unfinished
-            else []
-        )
-        swapped = swapped or set()
-        shown = [
-            row
-            for row in roots + children
-            if row.status == ChunkStatus.READY
-            and (row.level > 0 or row.in_timeline or row.id in swapped)
-        ]
-        return [chunk_view(row) for row in sorted(shown, key=lambda r: r.seq_start)]
+            return await visible_rows(session, await timeline_roots(session, conversation_id))
 
     # -- roll-ups (in jobs) -----------------------------------------------------------
 
@@ -460,6 +373,13 @@ class Archive(ArchiveReads):
                 await session.commit()
         return [(int(r[0]), int(r[1])) for r in rows]
 
+    async def mark_extracted(self, chunk_id: int) -> None:
+        async with self._sessions() as session:
+            await session.execute(
+                update(Chunk).where(Chunk.id == chunk_id).values(facts_extracted=True)
+            )
+            await session.commit()
+
     async def conversations_to_roll_up(self) -> list[uuid.UUID]:
         """Conversations with a level that has enough parentless ready chunks to roll up."""
         threshold = case(
@@ -492,6 +412,3 @@ def _rollable(chunk: Chunk) -> bool:
     # A level-0 chunk rolls up only once its messages left the live window; else its
     # parent could show beside them.
     return chunk.status == ChunkStatus.READY and (chunk.level > 0 or chunk.in_timeline)
-
-
-__all__ = ["Archive", "ArchiveStatus", "ChunkView", "Claim", "NewChunk", "plan_cut"]

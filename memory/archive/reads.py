@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.messages import MESSAGE_COLUMNS, StoredMessage, message_view
@@ -84,7 +84,7 @@ def chunk_view(row: Any) -> ChunkView:
 
 
 class ArchiveReads:
-    """The reading half of `memory.archive.Archive`."""
+    """The reading half of `memory.archive.archive.Archive`: nothing here writes."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
@@ -104,13 +104,6 @@ class ArchiveReads:
                 .limit(limit)
             )
             return list(rows)
-
-    async def mark_extracted(self, chunk_id: int) -> None:
-        async with self._sessions() as session:
-            await session.execute(
-                update(Chunk).where(Chunk.id == chunk_id).values(facts_extracted=True)
-            )
-            await session.commit()
 
     async def recent_summaries_of(self, user_id: uuid.UUID, count: int) -> list[str]:
         """The newest summaries of the person's own conversation, oldest first."""

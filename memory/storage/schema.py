@@ -14,6 +14,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import migrations
 
 
+class SchemaOutOfDate(Exception):
+    """A server database is behind this Parley's migrations."""
+
+    def __init__(self, current: str | None, head: str) -> None:
+        self.current = current
+        self.head = head
+        super().__init__(
+            f"database schema is at revision {current or 'none'} but this Parley needs {head}; "
+            "run `parley migrate` first"
+        )
+
+
 def alembic_config(url: str | None = None) -> Config:
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
@@ -48,3 +60,13 @@ async def migrate(engine: AsyncEngine) -> None:
     """Bring the schema to head (idempotent)."""
     async with engine.begin() as connection:
         await connection.run_sync(_upgrade)
+
+
+async def prepare(engine: AsyncEngine, *, migrate_embedded: bool) -> None:
+    """Migrate an embedded SQLite database; refuse a server database that is behind."""
+    if migrate_embedded:
+        await migrate(engine)
+        return
+    current, head = await current_revision(engine), head_revision()
+    if current != head:
+        raise SchemaOutOfDate(current, head)

@@ -1,0 +1,69 @@
+"""Web chat visitors: who holds a token, and what they may send how often."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from connectors.webchat.tokens import VisitorTokens
+from gateway.channels.port import Gateway, IdentityRef, Received
+from gateway.errors import InputError
+from gateway.http.ratelimit import RateLimit, Slots
+from gateway.messages import Inbound
+from gateway.settings import Settings
+
+CHANNEL = "webchat"
+VISITOR_NAME = "Web visitor"
+
+
+@dataclass(frozen=True, slots=True)
+class Visitor:
+    id: str
+    identity: IdentityRef
+
+
+class Visitors:
+    def __init__(self, gateway: Gateway, settings: Settings) -> None:
+        self.gateway = gateway
+        self.settings = settings
+        self._tokens: VisitorTokens | None = None
+        self.new_sessions = RateLimit(settings.webchat_sessions_per_minute, "new sessions")
+        self.messages = RateLimit(settings.webchat_messages_per_minute, "messages")
+        # A client told to wait for a free socket slot tries again after this long.
+        self.sockets = Slots(settings.webchat_sockets_per_visitor, "open sockets", retry_after=10)
+
+    def open(self, tokens: VisitorTokens) -> None:
+        self._tokens = tokens
+
+    @property
+    def tokens(self) -> VisitorTokens:
+        if self._tokens is None:
+            raise RuntimeError("web chat used before start()")
+        return self._tokens
+
+    async def new_visitor(self) -> tuple[Visitor, str]:
+        visitor_id, token = self.tokens.new_visitor()
+        return await self.by_id(visitor_id), token
+
+    async def visitor(self, token: str) -> Visitor:
+        return await self.by_id(self.tokens.verify(token))
+
+    async def by_id(self, visitor_id: str) -> Visitor:
+        """The visitor of an id a verified token carried."""
+        return Visitor(visitor_id, await self.gateway.identity(CHANNEL, visitor_id, VISITOR_NAME))
+
+    async def submit(self, visitor_id: str, text: str, client_id: str | None) -> Received:
+        self.messages.take(visitor_id)
+        if not text.strip():
+            raise InputError("text must not be empty")
+        limit = self.settings.max_message_chars
+        if len(text) > limit:
+            raise InputError(f"text is longer than {limit} characters")
+        inbound = Inbound(
+            channel=CHANNEL,
+            external_user_id=visitor_id,
+            text=text,
+            # Client ids are only unique per visitor; the platform id must be per channel.
+            platform_message_id=None if client_id is None else f"{visitor_id}:{client_id}",
+            display_name=VISITOR_NAME,
+        )
+        return await self.gateway.receive(inbound)

@@ -1,0 +1,38 @@
+"""Which connectors run: channel name -> import path, and whether it is configured.
+
+A connector whose credentials are unset is never imported, so its platform SDK is
+never loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from gateway.channels.port import Connector, Gateway
+from gateway.settings import Settings
+
+ConnectorFactory = Callable[[Gateway, Settings], Connector]
+
+# channel -> (import path "module:factory", is it configured?)
+REGISTRY: dict[str, tuple[str, Callable[[Settings], bool]]] = {
+    "webchat": ("connectors.webchat:create", lambda settings: True),
+    "telegram": (
+        "connectors.telegram:create",
+        lambda settings: settings.telegram_token is not None,
+    ),
+    "whatsapp": (
+        "connectors.whatsapp:create",
+        lambda settings: settings.whatsapp_token is not None,
+    ),
+}
+
+
+def enabled_connectors(gateway: Gateway, settings: Settings) -> list[Connector]:
+    connectors = []
+    for path, configured in REGISTRY.values():
+        if configured(settings):
+            module_name, factory_name = path.split(":")
+            factory: ConnectorFactory = getattr(importlib.import_module(module_name), factory_name)
+            connectors.append(factory(gateway, settings))
+    return connectors

@@ -1,0 +1,69 @@
+"""The timeline the model sees: ready chunks standing in for the messages they archive,
+each archived message covered exactly once."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory.archive.reads import ChunkView, chunk_view
+from memory.storage.models import Chunk, ChunkStatus
+
+# Everything a timeline row needs; never the transcript.
+TIMELINE_COLUMNS = (
+    Chunk.id,
+    Chunk.conversation_id,
+    Chunk.level,
+    Chunk.seq_start,
+    Chunk.seq_end,
+    Chunk.time_start,
+    Chunk.time_end,
+    Chunk.summary,
+    Chunk.status,
+    Chunk.attempts,
+    Chunk.last_error,
+    Chunk.parent_id,
+    Chunk.in_timeline,
+)
+
+
+async def timeline_roots(session: AsyncSession, conversation_id: uuid.UUID) -> list[Any]:
+    # Unswapped and pending chunks are always roots, and each level keeps only a few:
+    # the same cost for a thousand archived messages as for a million. Plain rows,
+    # not ORM objects: this runs every turn.
+    return list(
+        await session.execute(
+            select(*TIMELINE_COLUMNS).where(
+                Chunk.conversation_id == conversation_id, Chunk.parent_id.is_(None)
+            )
+        )
+    )
+
+
+async def visible_rows(
+    session: AsyncSession, roots: list[Any], swapped: set[int] | None = None
+) -> list[ChunkView]:
+    """Ready rows in the timeline: roots, and the children of unfinished parents."""
+    unfinished = [r.id for r in roots if r.status != ChunkStatus.READY and r.level > 0]
+    children = (
+        list(
+            await session.execute(
+                select(*TIMELINE_COLUMNS).where(
+                    Chunk.parent_id.in_(unfinished), Chunk.status == ChunkStatus.READY
+                )
+            )
+        )
+        if unfinished
+        else []
+    )
+    swapped = swapped or set()
+    shown = [
+        row
+        for row in roots + children
+        if row.status == ChunkStatus.READY
+        and (row.level > 0 or row.in_timeline or row.id in swapped)
+    ]
+    return [chunk_view(row) for row in sorted(shown, key=lambda r: r.seq_start)]
