@@ -511,7 +511,7 @@ def subject(
     archive, profiles = Archive(sessions, limits), Profiles(sessions)
     queue, job_queue = CountingQueue(), CountingQueue()
     clock = FixedClock(datetime.now(UTC))
-    memory = ArchiveMemory(archive, profiles, queue, clock, scratch / "archive")
+    memory = ArchiveMemory(archive, profiles, queue.enqueue, clock, scratch / "archive")
     # The jobs as a worker builds them (offline provider: no model is called here).
     settings = Settings(_env_file=None, data_dir=scratch / "data")
     jobs = build_jobs(

@@ -285,16 +285,19 @@ class Bench:
         model, ran = InstantModel(), Counter[str]()
         jobs = self.jobs(queue.enqueue, model)
 
-        async def handler(job: str, arg: str) -> None:
-            ran[job] += 1
-            if job == SUMMARIZE:
-                await jobs.summarize(int(arg))
-            elif job == ROLLUP:
-                await jobs.rollup(uuid.UUID(arg))
-            # EXTRACT is the profile's job, not the summariser's: counted only.
+        class Summariser:
+            async def run(self, job: str, arg: str) -> None:
+                ran[job] += 1
+                if job == SUMMARIZE:
+                    await jobs.summarize(int(arg))
+                elif job == ROLLUP:
+                    await jobs.rollup(uuid.UUID(arg))
+                # EXTRACT is the profile's job, not the summariser's: counted only.
 
-        queue.serve(handler)
-        await queue.start()
+            async def sweep(self) -> int:
+                return 0  # every chunk is queued up front
+
+        await queue.start(Summariser())
         try:
             for chunk_id in self.seeded.chunk_ids:
                 await queue.enqueue(SUMMARIZE, str(chunk_id), key=summarize_key(chunk_id, 0))

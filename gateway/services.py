@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.channels.core import Core
 from gateway.channels.delivery import DeliveryLoop, RetryPolicy
 from gateway.channels.linking import Linking
+from gateway.channels.outbox import Outbox
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Connector
 from gateway.channels.registry import enabled_connectors
@@ -48,6 +49,7 @@ class Services:
     repos: Repositories
     hub: Hub
     core: Core
+    outbox: Outbox
     runner: TurnRunner
     commands: Commands
     archive: Archive
@@ -61,34 +63,18 @@ class Services:
     def build(
         cls, settings: Settings, *, llm: LLMProvider | None = None, clock: Clock | None = None
     ) -> Services:
-        """Construct everything; nothing here does I/O."""
+        """Construct everything, each part once its parts exist; nothing here does I/O.
+
+        The order is the dependency order: connectors, then the outbox that sends
+        through them, the turn runner that fills the outbox, and the core that starts
+        turns. Connectors learn of the core when the lifespan starts them. One function,
+        long as it is: the whole wiring in one place, read top to bottom."""
         clock = clock or SystemClock()
         engine = create_engine(settings.resolved_database_url)
         sessions = session_factory(engine)
         repos = Repositories.open(sessions, count_tokens=message_tokens, now=clock.now)
-        hub = Hub()
-        commands = Commands()
         llm = llm or build_provider(settings)
-        delivery = DeliveryLoop(
-            deliveries=repos.deliveries,
-            clock=clock,
-            retry=RetryPolicy(
-                settings.delivery_max_attempts,
-                settings.delivery_retry_base_seconds,
-                settings.delivery_retry_max_seconds,
-            ),
-            uncertain=settings.delivery_uncertain,
-        )
-        core = Core(
-            repos=repos,
-            hub=hub,
-            clock=clock,
-            default_timezone=settings.default_timezone,
-            policy=AccessPolicy.from_settings(settings, repos.pairings, clock),
-            delivery=delivery,
-        )
-        archive = Archive(sessions, memory_limits(settings))
-        profiles = Profiles(sessions)
+        archive, profiles = Archive(sessions, memory_limits(settings)), Profiles(sessions)
         queue = _job_queue(settings)
         jobs = build_jobs(
             settings,
@@ -99,8 +85,9 @@ class Services:
             enqueue=queue.enqueue,
             clock=clock,
         )
-        if isinstance(queue, EmbeddedQueue):
-            queue.serve(jobs.run, jobs.sweep)
+        connectors = enabled_connectors(settings)
+        outbox = Outbox(connectors, repos, _delivery_loop(settings, repos, clock))
+        hub, commands = Hub(), Commands()
         runner = TurnRunner(
             messages=repos.messages,
             conversations=repos.conversations,
@@ -109,16 +96,25 @@ class Services:
             clock=clock,
             persona=load_persona(settings.persona_file),
             limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
-            outbox=core,
+            outbox=outbox,
             commands=commands,
-            memory=ArchiveMemory(archive, profiles, queue, clock, settings.data_dir / "archive"),
-            presence=core.working,
+            memory=ArchiveMemory(
+                archive, profiles, queue.enqueue, clock, settings.data_dir / "archive"
+            ),
+            presence=outbox.working,
         )
         Linking(repos=repos, runner=runner, clock=clock).register(commands)
         register_status(commands, archive, repos.deliveries, profiles)
         register_profile_commands(commands, repos.conversations, profiles, clock)
-        connectors = enabled_connectors(core, settings)
-        core.attach(runner, {connector.channel: connector for connector in connectors})
+        core = Core(
+            repos=repos,
+            hub=hub,
+            clock=clock,
+            default_timezone=settings.default_timezone,
+            policy=AccessPolicy.from_settings(settings, repos.pairings, clock),
+            runner=runner,
+            outbox=outbox,
+        )
         return cls(
             settings=settings,
             clock=clock,
@@ -126,6 +122,7 @@ class Services:
             repos=repos,
             hub=hub,
             core=core,
+            outbox=outbox,
             runner=runner,
             commands=commands,
             archive=archive,
@@ -154,20 +151,21 @@ class Services:
             except SchemaOutOfDate as exc:
                 log.error("cannot start", reason=str(exc))
                 raise
-            await self.queue.start()
+            await self.queue.start(self.jobs)
             stack.push_async_callback(self._stage, "jobs", self.queue.close)
             for connector in self.connectors:
-                await connector.start()
+                await connector.start(self.core)
                 stack.push_async_callback(self._stage, connector.channel, connector.stop)
             deadline = _Deadline(self.settings.shutdown_seconds)
             stack.push_async_callback(
-                self._stage, "delivery", lambda: self.core.close_delivery(deadline.left())
+                self._stage, "delivery", lambda: self.outbox.close(deadline.left())
             )
             stack.push_async_callback(
                 self._stage, "turns", lambda: self.runner.close(deadline.left())
             )
             stack.callback(deadline.start)  # the HTTP server has stopped taking requests
             await self.core.resume()
+            await self.outbox.resume()
             log.info(
                 "gateway ready",
                 database=self.engine.dialect.name,
@@ -197,6 +195,17 @@ class _Deadline:
         if self._end is None:
             return self._seconds
         return max(0.0, self._end - time.monotonic())
+
+
+def _delivery_loop(settings: Settings, repos: Repositories, clock: Clock) -> DeliveryLoop:
+    retry = RetryPolicy(
+        settings.delivery_max_attempts,
+        settings.delivery_retry_base_seconds,
+        settings.delivery_retry_max_seconds,
+    )
+    return DeliveryLoop(
+        deliveries=repos.deliveries, clock=clock, retry=retry, uncertain=settings.delivery_uncertain
+    )
 
 
 def _job_queue(settings: Settings) -> JobQueue:

@@ -50,7 +50,7 @@ GROUP_INTERVAL = 3.0
 BOT_INTERVAL = 1 / 30
 
 
-def create(core: Gateway, settings: Settings) -> "TelegramConnector":
+def create(settings: Settings) -> "TelegramConnector":
     assert settings.telegram_token is not None
     # Opt in to PTB 23's time periods (`RetryAfter.retry_after` as a timedelta) now;
     # otherwise PTB 22 warns from inside its own error class on every 429.
@@ -61,16 +61,16 @@ def create(core: Gateway, settings: Settings) -> "TelegramConnector":
         base_url=f"{api}/bot",
         base_file_url=f"{api}/file/bot",
     )
-    return TelegramConnector(core, settings, bot)
+    return TelegramConnector(settings, bot)
 
 
 class TelegramConnector:
     channel = CHANNEL
     # `sendChatAction` shows "typing…" for at most 5 seconds.
     capabilities = Capabilities(max_length=MAX_CHARS, measure=utf16_length, typing_interval=4.0)
+    core: Gateway  # given by start()
 
-    def __init__(self, core: Gateway, settings: Settings, bot: Bot) -> None:
-        self.core = core
+    def __init__(self, settings: Settings, bot: Bot) -> None:
         self.settings = settings
         self.bot = bot
         self._me: BotUser | None = None
@@ -81,7 +81,8 @@ class TelegramConnector:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, core: Gateway) -> None:
+        self.core = core
         # httpx logs every request URL at INFO, and Bot API URLs contain the token.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         try:

@@ -32,8 +32,8 @@ PAGE_CSP = (
 )
 
 
-def create(core: Gateway, settings: Settings) -> "WebchatConnector":
-    return WebchatConnector(core, settings)
+def create(settings: Settings) -> "WebchatConnector":
+    return WebchatConnector(settings)
 
 
 class WebchatConnector:
@@ -42,12 +42,12 @@ class WebchatConnector:
     # storing a reply delivers it; a refusal is the answer to the client's own request.
     capabilities = Capabilities(notices=False)
 
-    def __init__(self, core: Gateway, settings: Settings) -> None:
-        self.visitors = Visitors(core, settings)
+    def __init__(self, settings: Settings) -> None:
+        self.visitors = Visitors(settings)
         self.router = _router(self.visitors)
 
-    async def start(self) -> None:
-        self.visitors.open(VisitorTokens(signing_key(self.visitors.settings)))
+    async def start(self, core: Gateway) -> None:
+        self.visitors.open(core, VisitorTokens(signing_key(self.visitors.settings)))
 
     async def stop(self) -> None:
         return None
@@ -66,10 +66,9 @@ class WebchatConnector:
 
 
 def _router(visitors: Visitors) -> APIRouter:
-    router = APIRouter(tags=["web chat"])
-    page_html = PAGE.read_text(encoding="utf-8")
-    page_css = PAGE_CSS.read_text(encoding="utf-8")
-    page_js = PAGE_JS.read_text(encoding="utf-8")
+    # The routes are closures over `visitors` and share the two auth dependencies
+    # defined first, which is why they are one function.
+    router = _page_router()
 
     def bearer(authorization: Annotated[str | None, Header()] = None) -> str:
         """The visitor a token grants (checked by signature alone, no database)."""
@@ -84,18 +83,6 @@ def _router(visitors: Visitors) -> APIRouter:
         return await visitors.by_id(visitor_id)
 
     CurrentVisitor = Annotated[Visitor, Depends(visitor)]
-
-    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def page() -> HTMLResponse:
-        return HTMLResponse(page_html, headers={"Content-Security-Policy": PAGE_CSP})
-
-    @router.get("/webchat/page.css", include_in_schema=False)
-    async def page_style() -> Response:
-        return Response(page_css, media_type="text/css")
-
-    @router.get("/webchat/page.js", include_in_schema=False)
-    async def page_script() -> Response:
-        return Response(page_js, media_type="text/javascript")
 
     @router.post(
         "/webchat/sessions",
@@ -135,5 +122,27 @@ def _router(visitors: Visitors) -> APIRouter:
     @router.websocket("/webchat/ws")
     async def socket(websocket: WebSocket, token: str = "") -> None:
         await serve_socket(websocket, visitors, token)
+
+    return router
+
+
+def _page_router() -> APIRouter:
+    """The page and its own files, served with a CSP that allows nothing else."""
+    router = APIRouter(tags=["web chat"])
+    page_html = PAGE.read_text(encoding="utf-8")
+    page_css = PAGE_CSS.read_text(encoding="utf-8")
+    page_js = PAGE_JS.read_text(encoding="utf-8")
+
+    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse(page_html, headers={"Content-Security-Policy": PAGE_CSP})
+
+    @router.get("/webchat/page.css", include_in_schema=False)
+    async def page_style() -> Response:
+        return Response(page_css, media_type="text/css")
+
+    @router.get("/webchat/page.js", include_in_schema=False)
+    async def page_script() -> Response:
+        return Response(page_js, media_type="text/javascript")
 
     return router

@@ -22,8 +22,9 @@ class Visitor:
 
 
 class Visitors:
-    def __init__(self, gateway: Gateway, settings: Settings) -> None:
-        self.gateway = gateway
+    gateway: Gateway  # given by open()
+
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._tokens: VisitorTokens | None = None
         self.new_sessions = RateLimit(settings.webchat_sessions_per_minute, "new sessions")
@@ -31,7 +32,8 @@ class Visitors:
         # A client told to wait for a free socket slot tries again after this long.
         self.sockets = Slots(settings.webchat_sockets_per_visitor, "open sockets", retry_after=10)
 
-    def open(self, tokens: VisitorTokens) -> None:
+    def open(self, gateway: Gateway, tokens: VisitorTokens) -> None:
+        self.gateway = gateway
         self._tokens = tokens
 
     @property

@@ -37,8 +37,8 @@ WINDOW = timedelta(hours=24)
 NUMBER_INTERVAL = 1 / 80
 
 
-def create(core: Gateway, settings: Settings) -> "WhatsAppConnector":
-    return WhatsAppConnector(core, settings)
+def create(settings: Settings) -> "WhatsAppConnector":
+    return WhatsAppConnector(settings)
 
 
 class WhatsAppConnector:
@@ -46,11 +46,12 @@ class WhatsAppConnector:
     # The typing indicator shows for up to 25 seconds.
     capabilities = Capabilities(max_length=MAX_CHARS, measure=utf16_length, typing_interval=20.0)
 
-    def __init__(self, core: Gateway, settings: Settings) -> None:
+    core: Gateway  # given by start()
+
+    def __init__(self, settings: Settings) -> None:
         assert settings.whatsapp_token is not None
         assert settings.whatsapp_app_secret is not None
         assert settings.whatsapp_phone_number_id is not None
-        self.core = core
         self.settings = settings
         self._app_secret = settings.whatsapp_app_secret.get_secret_value().encode()
         self._phone_number_id = settings.whatsapp_phone_number_id
@@ -61,7 +62,8 @@ class WhatsAppConnector:
         )
         self.router = _router(self)
 
-    async def start(self) -> None:
+    async def start(self, core: Gateway) -> None:
+        self.core = core
         await self.graph.open()
 
     async def stop(self) -> None:

@@ -8,22 +8,19 @@ can do (split, pace, type, take notices) is read from its `Capabilities`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager
 
 import structlog
 
-from gateway.channels.delivery import DeliveryLoop
+from gateway.channels.outbox import Outbox
 from gateway.channels.policy import AccessPolicy
-from gateway.channels.port import Connector, Received
+from gateway.channels.port import Received
 from gateway.clock import Clock
-from gateway.errors import AccessRefused, DeliveryError
-from gateway.messages import ChatRef, Inbound, Outbound
+from gateway.errors import AccessRefused
+from gateway.messages import ChatRef, Inbound
 from gateway.text import clean_inbound
 from gateway.turns.hub import Event, Hub
-from gateway.turns.presence import typing_while
 from gateway.turns.runner import TurnRunner
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage
@@ -34,6 +31,8 @@ log = structlog.get_logger(__name__)
 
 
 class Core:
+    """Implements the port's `Gateway` for every connector."""
+
     def __init__(
         self,
         *,
@@ -42,7 +41,8 @@ class Core:
         clock: Clock,
         default_timezone: str,
         policy: AccessPolicy,
-        delivery: DeliveryLoop,
+        runner: TurnRunner,
+        outbox: Outbox,
     ) -> None:
         self._messages = repos.messages
         self._conversations = repos.conversations
@@ -52,19 +52,12 @@ class Core:
         self._clock = clock
         self._default_timezone = default_timezone
         self._policy = policy
-        self._delivery = delivery
-        self._senders: dict[str, Connector] = {}
-        self._runner: TurnRunner | None = None
-
-    def attach(self, runner: TurnRunner, senders: dict[str, Connector]) -> None:
         self._runner = runner
-        self._senders = senders
+        self._outbox = outbox
 
     @property
-    def runner(self) -> TurnRunner:
-        if self._runner is None:
-            raise RuntimeError("core used before a turn runner was attached")
-        return self._runner
+    def clock(self) -> Clock:
+        return self._clock
 
     async def identity(self, channel: str, external_id: str, display_name: str = "") -> IdentityRef:
         return await self._identities.resolve_identity(
@@ -75,10 +68,6 @@ class Core:
             now=self._clock.now(),
         )
 
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
     async def receive(self, inbound: Inbound) -> Received:
         """Store a message and start its turn; `AccessRefused` (nothing stored) if the
         channel's policy does not let the sender in, once its answer is sent where the
@@ -88,7 +77,7 @@ class Core:
             await self._policy.admit(inbound)
         except AccessRefused as refused:
             if inbound.expects_reply:
-                await self._notify(inbound, refused.answer)
+                await self._outbox.notify(_chat(inbound), refused.answer)
             raise
         ref = await self.identity(inbound.channel, inbound.external_user_id, inbound.display_name)
         conversation_id = ref.conversation_id
@@ -113,14 +102,14 @@ class Core:
         if created:
             self.hub.message(message)
             if inbound.expects_reply:
-                self.runner.request(conversation_id)
+                self._runner.request(conversation_id)
         return Received(message, ref, created)
 
     async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:
         """The reply to a received message, waiting up to `wait_seconds` for its turn."""
         message = received.message
         conversation_id = message.conversation_id
-        future = self.runner.reply_future(conversation_id, message.seq)
+        future = self._runner.reply_future(conversation_id, message.seq)
         try:
             # A message stored just now cannot have its turn finished: `receive` only
             # scheduled it. A redelivered one may have been answered long ago; that is
@@ -133,7 +122,7 @@ class Core:
         except TimeoutError:
             return None
         finally:
-            self.runner.forget_future(conversation_id, future)
+            self._runner.forget_future(conversation_id, future)
 
     async def history(
         self, conversation_id: uuid.UUID, after_seq: int, limit: int
@@ -143,69 +132,6 @@ class Core:
     def events(self, conversation_id: uuid.UUID) -> AbstractContextManager[asyncio.Queue[Event]]:
         return self.hub.subscribe(conversation_id)
 
-    def delivered_by_storing(self, channel: str) -> bool:
-        sender = self._senders.get(channel)
-        return sender is not None and sender.capabilities.delivered_by_storing
-
-    async def _notify(self, inbound: Inbound, text: str) -> None:
-        """A gateway answer that is not stored (a refusal, a pairing code)."""
-        sender = self._senders.get(inbound.channel)
-        if sender is None or not sender.capabilities.notices:
-            return
-        chat = ChatRef(
-            channel=inbound.channel,
-            external_user_id=inbound.external_user_id,
-            group_id=inbound.group_id,
-            platform_message_id=inbound.platform_message_id,
-        )
-        try:
-            await sender.notify(chat, text)
-        except DeliveryError as exc:
-            log.warning("could not send a notice", channel=inbound.channel, error=exc.reason)
-
-    async def deliver(self, reply: StoredMessage, trigger: StoredMessage) -> None:
-        """Send a stored reply through the channel of the message that started the turn."""
-        sender = self._senders.get(reply.channel)
-        if sender is None:
-            await self._deliveries.attempt_failed(
-                reply.id, f"no {reply.channel} connector is configured", final=True
-            )
-            return
-        if sender.capabilities.delivered_by_storing:  # only the address matters
-            chat = ChatRef(reply.channel, await self._identities.external_id(trigger.identity_id))
-        else:
-            chat = await self.chat_of(trigger)
-        outbound = Outbound(
-            message_id=reply.id,
-            channel=reply.channel,
-            external_user_id=chat.external_user_id,
-            text=reply.text,
-            reply_to_platform_id=trigger.platform_message_id,
-            group_id=chat.group_id,
-            reply_to_sent_at=trigger.sent_at,
-        )
-        await self._delivery.submit(outbound, sender)
-
-    async def chat_of(self, message: StoredMessage) -> ChatRef:
-        """Where an answer to `message` goes: its group, or its author's private chat."""
-        return ChatRef(
-            channel=message.channel,
-            external_user_id=await self._identities.external_id(message.identity_id),
-            group_id=await self._conversations.group_of(message.conversation_id),
-            platform_message_id=message.platform_message_id,
-        )
-
-    @contextlib.asynccontextmanager
-    async def working(self, trigger: StoredMessage) -> AsyncIterator[None]:
-        """While a turn answering `trigger` runs: a typing indicator where it has one."""
-        sender = self._senders.get(trigger.channel)
-        interval = None if sender is None else sender.capabilities.typing_interval
-        if sender is None or interval is None:
-            yield
-            return
-        async with typing_while(sender, await self.chat_of(trigger), interval):
-            yield
-
     async def receipt(
         self, channel: str, platform_id: str, status: Delivery, error: str | None
     ) -> bool:
@@ -214,16 +140,16 @@ class Core:
             channel, platform_id, status, error, now=self._clock.now()
         )
 
-    async def close_delivery(self, deadline: float) -> None:
-        await self._delivery.close(deadline)
-
     async def resume(self) -> None:
         """After a restart: run the turns a crash cut short."""
         for conversation_id in await self._conversations.conversations_owing_reply():
-            self.runner.request(conversation_id)
-        for reply in await self._messages.pending_deliveries():
-            if reply.reply_to_seq is None:
-                continue
-            trigger = await self._messages.message_at(reply.conversation_id, reply.reply_to_seq)
-            if trigger is not None:
-                await self.deliver(reply, trigger)
+            self._runner.request(conversation_id)
+
+
+def _chat(inbound: Inbound) -> ChatRef:
+    return ChatRef(
+        channel=inbound.channel,
+        external_user_id=inbound.external_user_id,
+        group_id=inbound.group_id,
+        platform_message_id=inbound.platform_message_id,
+    )

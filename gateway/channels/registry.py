@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from gateway.channels.port import Connector, Gateway
+from gateway.channels.port import Connector
 from gateway.settings import Settings
 
-ConnectorFactory = Callable[[Gateway, Settings], Connector]
+ConnectorFactory = Callable[[Settings], Connector]
 
 # channel -> (import path "module:factory", is it configured?)
 REGISTRY: dict[str, tuple[str, Callable[[Settings], bool]]] = {
@@ -28,11 +28,11 @@ REGISTRY: dict[str, tuple[str, Callable[[Settings], bool]]] = {
 }
 
 
-def enabled_connectors(gateway: Gateway, settings: Settings) -> list[Connector]:
+def enabled_connectors(settings: Settings) -> list[Connector]:
     connectors = []
     for path, configured in REGISTRY.values():
         if configured(settings):
             module_name, factory_name = path.split(":")
             factory: ConnectorFactory = getattr(importlib.import_module(module_name), factory_name)
-            connectors.append(factory(gateway, settings))
+            connectors.append(factory(settings))
     return connectors

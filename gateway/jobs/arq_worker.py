@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from gateway.backoff import full_jitter
 from gateway.clock import SystemClock
 from gateway.jobs.memory_jobs import JOBS, MemoryJobs, build_jobs, memory_limits
+from gateway.jobs.queue import Jobs
 from gateway.llm import build_provider
 from gateway.settings import Settings
 from memory.archive.archive import Archive
@@ -71,7 +72,8 @@ class ArqQueue:
         self._epoch = key_epoch
         self._now = now
 
-    async def start(self) -> None:
+    async def start(self, jobs: Jobs | None = None) -> None:
+        """Connect for enqueueing; `jobs` run in `parley worker` processes, not here."""
         if self._pool is None:
             assert self._url is not None
             # No ping: the gateway starts whether or not Redis is up yet. Short socket

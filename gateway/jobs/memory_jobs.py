@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TypeVar
 
 from gateway.clock import Clock
-from gateway.jobs.queue import JobQueue
 from gateway.llm import ChatTurn, LLMProvider, Prompt, complete
 from gateway.settings import LLMProviderName, Settings
 from gateway.turns.runner import TurnContext
@@ -180,20 +179,20 @@ class ArchiveMemory:
         self,
         archive: Archive,
         profiles: Profiles,
-        queue: JobQueue,
+        enqueue: Enqueue,
         clock: Clock,
         archive_dir: Path,
     ) -> None:
         self._archive = archive
         self._profiles = profiles
-        self._queue = queue
+        self._enqueue = enqueue
         self._clock = clock
         self._archive_dir = archive_dir
 
     async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
         swapped, timeline = await self._archive.prepare_turn(conversation_id)
         if swapped:
-            await self._queue.enqueue(ROLLUP, str(conversation_id), key=rollup_key(conversation_id))
+            await self._enqueue(ROLLUP, str(conversation_id), key=rollup_key(conversation_id))
         # A group never sees a member's personal profile.
         return TurnContext(tuple(timeline), await self._profiles.of_conversation(conversation_id))
 
@@ -202,7 +201,7 @@ class ArchiveMemory:
             return  # the live window (a superset of what is unarchived) is within limits
         for chunk in await self._archive.cut(conversation_id, self._clock.now()):
             await asyncio.to_thread(self._save, chunk)
-            await self._queue.enqueue(SUMMARIZE, str(chunk.id), key=summarize_key(chunk.id, 0))
+            await self._enqueue(SUMMARIZE, str(chunk.id), key=summarize_key(chunk.id, 0))
 
     def _save(self, chunk: NewChunk) -> None:
         if chunk.transcript is not None:

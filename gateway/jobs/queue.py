@@ -8,15 +8,19 @@ whatever is due, so a lost queue entry only delays work.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
-Handler = Callable[[str, str], Awaitable[None]]
-Sweep = Callable[[], Awaitable[int]]
+
+class Jobs(Protocol):
+    """What a queue runs: jobs by name, and the sweep that finds work that is due."""
+
+    async def run(self, job: str, arg: str) -> None: ...
+
+    async def sweep(self) -> int: ...
 
 
 class JobQueue(Protocol):
@@ -24,7 +28,9 @@ class JobQueue(Protocol):
         """Queue `job(arg)` unless a job with `key` is already queued or running."""
         ...
 
-    async def start(self) -> None: ...
+    async def start(self, jobs: Jobs) -> None:
+        """Start running `jobs` (built after the queue: they enqueue through it)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -33,8 +39,7 @@ class EmbeddedQueue:
     """Jobs as tasks of this process, at most `concurrency` at a time."""
 
     def __init__(self, *, concurrency: int, sweep_every: float) -> None:
-        self._handler: Handler | None = None
-        self._sweep: Sweep | None = None
+        self._jobs: Jobs | None = None
         self._sweep_every = sweep_every
         self._slots = asyncio.Semaphore(concurrency)
         self._keys: set[str] = set()
@@ -42,10 +47,6 @@ class EmbeddedQueue:
         self._sweeper: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
-
-    def serve(self, handler: Handler, sweep: Sweep | None = None) -> None:
-        """Say what runs the jobs (the jobs themselves need the queue to be built)."""
-        self._handler, self._sweep = handler, sweep
 
     async def enqueue(self, job: str, arg: str, *, key: str, defer: float = 0.0) -> None:
         if key in self._keys:
@@ -56,9 +57,9 @@ class EmbeddedQueue:
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
-    async def start(self) -> None:
-        if self._sweep is not None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="job-sweeper")
+    async def start(self, jobs: Jobs) -> None:
+        self._jobs = jobs
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="job-sweeper")
 
     async def close(self) -> None:
         # An interrupted job leaves its lease to expire; the next start sweeps it up.
@@ -76,8 +77,8 @@ class EmbeddedQueue:
             if defer > 0:
                 await asyncio.sleep(defer)
             async with self._slots:
-                assert self._handler is not None, "serve() the queue first"
-                await self._handler(job, arg)
+                assert self._jobs is not None, "start() the queue first"
+                await self._jobs.run(job, arg)
         except Exception:
             log.exception("job failed", job=job, key=key)
         finally:
@@ -89,10 +90,10 @@ class EmbeddedQueue:
             self._idle.set()
 
     async def _sweep_forever(self) -> None:
-        assert self._sweep is not None
+        assert self._jobs is not None
         while True:
             try:
-                await self._sweep()
+                await self._jobs.sweep()
             except Exception:  # e.g. the database is briefly down: sweep again later
                 log.exception("sweep failed")
             await asyncio.sleep(self._sweep_every)

@@ -52,6 +52,8 @@ class Archive(ArchiveReads):
 
     async def cut(self, conversation_id: uuid.UUID, now: datetime) -> list[NewChunk]:
         """Cut pending level-0 chunks if the unarchived live messages outgrew the limit."""
+        # One transaction, read to write, so it is one function: split, the reads and
+        # the insert they justify would drift apart.
         async with self._sessions() as session:
             # Level-0 chunks are cut in seq order: the newest one ends the archive.
             last_end = (
@@ -169,6 +171,7 @@ class Archive(ArchiveReads):
     async def _rollup_level(
         self, conversation_id: uuid.UUID, level: int, now: datetime
     ) -> list[NewChunk]:
+        # One transaction, read to write, so it is one function (as `cut`).
         if level == 0:
             threshold, size = self.limits.consolidate_at, self.limits.consolidate_count
         else:

@@ -12,13 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.storage.inserts import insert_or_skip
 from memory.storage.messages import MESSAGE_COLUMNS, StoredMessage, message_view
 from memory.storage.models import Conversation, ConversationKind, Message, Role, User
-
-_CREATE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,25 +156,25 @@ class Conversations:
         query = select(Conversation.id).where(
             Conversation.channel == channel, Conversation.group_id == group_id
         )
-        for _ in range(_CREATE_ATTEMPTS):
-            async with self._sessions() as session:
-                found = await session.scalar(query)
-                if found is not None:
-                    return found
-                conversation = Conversation(
+        async with self._sessions() as session:
+            found = await session.scalar(query)
+            if found is not None:
+                return found
+            # A concurrent first message may create it meanwhile: then this skips.
+            await session.execute(
+                insert_or_skip(session, Conversation).values(
                     kind=ConversationKind.GROUP,
                     channel=channel,
                     group_id=group_id,
                     title=title[:200],
                     created_at=now,
                 )
-                session.add(conversation)
-                try:
-                    await session.commit()
-                except IntegrityError:
-                    continue  # created meanwhile by a concurrent first message
-                return conversation.id
-        raise RuntimeError("could not create a group conversation")
+            )
+            await session.commit()
+            found = await session.scalar(query)
+        if found is None:
+            raise LookupError(f"group conversation {channel}:{group_id} vanished")
+        return found
 
     async def group_of(self, conversation_id: uuid.UUID) -> str | None:
         """The platform group id of a group conversation; None for a personal one."""

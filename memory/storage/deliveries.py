@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.storage.inserts import insert_or_skip
 from memory.storage.models import Delivery, Message, SentPart
 
 # Receipts only ever move a part forward; they arrive in any order.
@@ -92,8 +92,9 @@ class Deliveries:
     ) -> None:
         async with self._sessions() as session:
             if platform_id is not None:
-                session.add(
-                    SentPart(
+                # A part recorded before (a resend after a crash) is counted only.
+                await session.execute(
+                    insert_or_skip(session, SentPart).values(
                         message_id=message_id,
                         part=part,
                         channel=channel,
@@ -104,13 +105,7 @@ class Deliveries:
                 )
             done = {"delivery_parts_sent": part + 1, "delivery_sending_part": None}
             await session.execute(update(Message).where(Message.id == message_id).values(done))
-            try:
-                await session.commit()
-            except IntegrityError:
-                # The part was recorded before (a resend after a crash): count it only.
-                await session.rollback()
-                await session.execute(update(Message).where(Message.id == message_id).values(done))
-                await session.commit()
+            await session.commit()
 
     async def sent(self, message_id: int) -> None:
         """Every part went out. Receipts that came first are not undone."""

@@ -8,10 +8,10 @@ from datetime import datetime
 from enum import StrEnum
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import personal_conversation
+from memory.storage.inserts import insert_or_skip
 from memory.storage.models import Conversation, Identity, User
 
 
@@ -49,25 +49,28 @@ class Identities:
             user = User(display_name=display_name, timezone=timezone, created_at=now)
             session.add(user)
             await session.flush()
-            identity = Identity(
-                channel=channel,
-                external_id=external_id,
-                user_id=user.id,
-                display_name=display_name,
-                created_at=now,
+            identity_id = await session.scalar(
+                insert_or_skip(session, Identity)
+                .values(
+                    channel=channel,
+                    external_id=external_id,
+                    user_id=user.id,
+                    display_name=display_name,
+                    created_at=now,
+                )
+                .returning(Identity.id)
             )
-            conversation = personal_conversation(user.id, display_name, now)
-            session.add_all([identity, conversation])
-            try:
-                await session.commit()
-            except IntegrityError:
+            if identity_id is None:
                 # Two first messages raced; the other one created the identity.
                 await session.rollback()
                 found = await self._find_identity(channel, external_id)
                 if found is None:
-                    raise
+                    raise LookupError(f"identity {channel}:{external_id} vanished")
                 return found
-            return IdentityRef(identity.id, user.id, conversation.id, timezone)
+            conversation = personal_conversation(user.id, display_name, now)
+            session.add(conversation)
+            await session.commit()
+            return IdentityRef(identity_id, user.id, conversation.id, timezone)
 
     async def _find_identity(self, channel: str, external_id: str) -> IdentityRef | None:
         query = (

@@ -11,10 +11,10 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.codes import new_code, normalise_code
+from memory.storage.inserts import insert_or_skip
 from memory.storage.models import Chunk, Conversation, Identity, LinkCode, Message, Role
 
 _CREATE_ATTEMPTS = 3
@@ -63,20 +63,20 @@ class Links:
                 )
                 if user_id is None:
                     raise LookupError(f"no identity {identity_id}")
-                code = new_code()
-                session.add(
-                    LinkCode(
-                        code=code,
+                code: str | None = await session.scalar(
+                    insert_or_skip(session, LinkCode)
+                    .values(
+                        code=new_code(),
                         user_id=user_id,
                         identity_id=identity_id,
                         created_at=now,
                         expires_at=now + ttl,
                     )
+                    .returning(LinkCode.code)
                 )
-                try:
-                    await session.commit()
-                except IntegrityError:
-                    continue
+                if code is None:
+                    continue  # the code is taken (one in 31^8): draw another
+                await session.commit()
                 return code
         raise RuntimeError("could not issue a link code")
 
@@ -178,6 +178,8 @@ async def _merge_people(
 async def _merge_conversations(
     session: AsyncSession, survivor: uuid.UUID, absorbed: uuid.UUID, answering_message_id: int
 ) -> None:
+    # Each statement depends on the one before (renumbering needs the seqs parked), so
+    # they stay together in order rather than in helpers that could be called apart.
     both = (survivor, absorbed)
     answered = {
         row.id: row.answered_seq

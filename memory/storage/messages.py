@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.storage.inserts import insert_or_skip
 from memory.storage.models import Conversation, Delivery, Message, Role
 
 
@@ -100,8 +100,8 @@ class Messages:
     ) -> tuple[StoredMessage, bool]:
         """Store a message under the next seq; `(existing, False)` for a redelivery.
 
-        A redelivery is found by the unique (channel, platform id) refusing the insert,
-        which rolls the seq back too: the common case costs no extra query.
+        A redelivery is found by the unique (channel, platform id) skipping the insert;
+        rolling back returns the seq too, so the common case costs no extra query.
         """
         is_user = new.role is Role.USER
         async with self._sessions() as session:
@@ -126,35 +126,22 @@ class Messages:
                     .returning(Conversation.last_seq)
                 )
             ).scalar_one()
-            message = Message(
-                conversation_id=conversation_id,
-                seq=seq,
-                role=new.role,
-                channel=new.channel,
-                identity_id=new.identity_id,
-                author_name=new.author_name,
-                source=new.source,
-                text=new.text,
-                platform_message_id=new.platform_message_id,
-                platform_ts=new.platform_ts,
-                created_at=now,
-                token_count=self._count_tokens(new.text),
-                reply_to_seq=new.reply_to_seq,
-                delivery=new.delivery,
-                delivery_attempts=0,
+            row = await session.execute(
+                insert_or_skip(session, Message)
+                .values(_row(conversation_id, seq, new, self._count_tokens(new.text), now))
+                .returning(*MESSAGE_COLUMNS)
             )
-            session.add(message)
-            try:
+            stored = row.one_or_none()
+            if stored is not None:
                 await session.commit()
-            except IntegrityError:
-                await session.rollback()
-                if new.platform_message_id is None:
-                    raise
-                existing = await self.by_platform_id(new.channel, new.platform_message_id)
-                if existing is None:
-                    raise
-                return existing, False
-            return message_view(message), True
+                return message_view(stored), True
+            await session.rollback()
+        existing = None
+        if new.platform_message_id is not None:
+            existing = await self.by_platform_id(new.channel, new.platform_message_id)
+        if existing is None:  # only the platform id can clash, and only with a stored row
+            raise LookupError(f"message {new.channel}:{new.platform_message_id} vanished")
+        return existing, False
 
     async def by_platform_id(self, channel: str, platform_message_id: str) -> StoredMessage | None:
         query = select(*MESSAGE_COLUMNS).where(
@@ -237,3 +224,25 @@ class Messages:
         )
         async with self._sessions() as session:
             return [message_view(row) for row in await session.execute(query)]
+
+
+def _row(
+    conversation_id: uuid.UUID, seq: int, new: NewMessage, tokens: int, now: datetime
+) -> dict[str, Any]:
+    return {
+        "conversation_id": conversation_id,
+        "seq": seq,
+        "role": new.role,
+        "channel": new.channel,
+        "identity_id": new.identity_id,
+        "author_name": new.author_name,
+        "source": new.source,
+        "text": new.text,
+        "platform_message_id": new.platform_message_id,
+        "platform_ts": new.platform_ts,
+        "created_at": now,
+        "token_count": tokens,
+        "reply_to_seq": new.reply_to_seq,
+        "delivery": new.delivery,
+        "delivery_attempts": 0,
+    }

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.codes import new_code, normalise_code
+from memory.storage.inserts import insert_or_skip
 from memory.storage.models import PairingRequest
 
 _CREATE_ATTEMPTS = 3
+
+
+class _Again:
+    """The insert was skipped: try again."""
+
+
+_AGAIN = _Again()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +77,11 @@ class Pairings:
         """The person's live pairing code, a fresh one if theirs expired; None when the
         channel already has `cap` codes waiting for an operator."""
         for _ in range(_CREATE_ATTEMPTS):
-            try:
-                return await self._request_pairing(
-                    channel, external_id, display_name, now=now, ttl=ttl, cap=cap
-                )
-            except IntegrityError:
-                # The same person's first two messages raced, or (rarely) a code
-                # collided: read again and settle on one row.
-                continue
+            pairing = await self._request_pairing(
+                channel, external_id, display_name, now=now, ttl=ttl, cap=cap
+            )
+            if not isinstance(pairing, _Again):
+                return pairing
         raise RuntimeError("could not create a pairing request")
 
     async def _request_pairing(
@@ -89,7 +93,7 @@ class Pairings:
         now: datetime,
         ttl: timedelta,
         cap: int,
-    ) -> Pairing | None:
+    ) -> Pairing | _Again | None:
         async with self._sessions() as session:
             row = await session.scalar(
                 select(PairingRequest).where(
@@ -109,15 +113,29 @@ class Pairings:
             )
             if (waiting or 0) >= cap:
                 return None
-            if row is None:
-                row = PairingRequest(channel=channel, external_id=external_id)
-                session.add(row)
-            row.display_name = display_name[:200]
-            row.code = new_code()
-            row.created_at = now
-            row.expires_at = now + ttl
+            if row is not None:  # expired: a fresh request replaces it
+                await session.delete(row)
+                await session.flush()
+            pairing = Pairing(
+                channel=channel,
+                external_id=external_id,
+                display_name=display_name[:200],
+                code=new_code(),
+                created_at=now,
+                expires_at=now + ttl,
+                approved_at=None,
+            )
+            values = {k: v for k, v in asdict(pairing).items() if k != "approved_at"}
+            inserted = await session.scalar(
+                insert_or_skip(session, PairingRequest).values(values).returning(PairingRequest.id)
+            )
+            if inserted is None:
+                # The same person's first two messages raced, or (rarely) the code
+                # was taken: read again and settle on one row.
+                await session.rollback()
+                return _AGAIN
             await session.commit()
-            return _pairing(row)
+            return pairing
 
     async def pending_pairings(self, *, now: datetime) -> list[Pairing]:
         query = (

@@ -1,0 +1,104 @@
+"""Where a stored reply goes: the connector of its channel, in the chat it answers.
+
+The turn runner hands every reply here once it is stored; presence (typing) and
+notices (refusals, pairing codes) go out through the same connectors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+import structlog
+
+from gateway.channels.delivery import DeliveryLoop
+from gateway.channels.port import Connector
+from gateway.errors import DeliveryError
+from gateway.messages import ChatRef, Outbound
+from gateway.turns.presence import typing_while
+from memory.storage.messages import StoredMessage
+from memory.storage.repositories import Repositories
+
+log = structlog.get_logger(__name__)
+
+
+class Outbox:
+    def __init__(
+        self, connectors: Sequence[Connector], repos: Repositories, delivery: DeliveryLoop
+    ) -> None:
+        self._senders = {connector.channel: connector for connector in connectors}
+        self._messages = repos.messages
+        self._identities = repos.identities
+        self._conversations = repos.conversations
+        self._deliveries = repos.deliveries
+        self._delivery = delivery
+
+    def delivered_by_storing(self, channel: str) -> bool:
+        sender = self._senders.get(channel)
+        return sender is not None and sender.capabilities.delivered_by_storing
+
+    async def deliver(self, reply: StoredMessage, trigger: StoredMessage) -> None:
+        """Send a stored reply through the channel of the message that started the turn."""
+        sender = self._senders.get(reply.channel)
+        if sender is None:
+            await self._deliveries.attempt_failed(
+                reply.id, f"no {reply.channel} connector is configured", final=True
+            )
+            return
+        if sender.capabilities.delivered_by_storing:  # only the address matters
+            chat = ChatRef(reply.channel, await self._identities.external_id(trigger.identity_id))
+        else:
+            chat = await self.chat_of(trigger)
+        outbound = Outbound(
+            message_id=reply.id,
+            channel=reply.channel,
+            external_user_id=chat.external_user_id,
+            text=reply.text,
+            reply_to_platform_id=trigger.platform_message_id,
+            group_id=chat.group_id,
+            reply_to_sent_at=trigger.sent_at,
+        )
+        await self._delivery.submit(outbound, sender)
+
+    async def notify(self, chat: ChatRef, text: str) -> None:
+        """A gateway answer that is not stored (a refusal, a pairing code), where the
+        channel takes notices."""
+        sender = self._senders.get(chat.channel)
+        if sender is None or not sender.capabilities.notices:
+            return
+        try:
+            await sender.notify(chat, text)
+        except DeliveryError as exc:
+            log.warning("could not send a notice", channel=chat.channel, error=exc.reason)
+
+    async def chat_of(self, message: StoredMessage) -> ChatRef:
+        """Where an answer to `message` goes: its group, or its author's private chat."""
+        return ChatRef(
+            channel=message.channel,
+            external_user_id=await self._identities.external_id(message.identity_id),
+            group_id=await self._conversations.group_of(message.conversation_id),
+            platform_message_id=message.platform_message_id,
+        )
+
+    @contextlib.asynccontextmanager
+    async def working(self, trigger: StoredMessage) -> AsyncIterator[None]:
+        """While a turn answering `trigger` runs: a typing indicator where it has one."""
+        sender = self._senders.get(trigger.channel)
+        interval = None if sender is None else sender.capabilities.typing_interval
+        if sender is None or interval is None:
+            yield
+            return
+        async with typing_while(sender, await self.chat_of(trigger), interval):
+            yield
+
+    async def resume(self) -> None:
+        """After a restart: send the stored replies a crash kept from going out."""
+        for reply in await self._messages.pending_deliveries():
+            if reply.reply_to_seq is None:
+                continue
+            trigger = await self._messages.message_at(reply.conversation_id, reply.reply_to_seq)
+            if trigger is not None:
+                await self.deliver(reply, trigger)
+
+    async def close(self, deadline: float) -> None:
+        await self._delivery.close(deadline)

@@ -1,0 +1,22 @@
+"""INSERT … ON CONFLICT DO NOTHING, in whichever dialect the session speaks.
+
+A unique key that is already taken then costs no exception and no rollback: the
+statement returns no row, and the caller reads the row that won.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+
+def insert_or_skip(session: AsyncSession, table: Any) -> Any:
+    """An insert into `table` that skips a row conflicting with any unique key.
+
+    Typed `Any` because the two dialects' `Insert` classes share no public base that
+    carries `on_conflict_do_nothing`."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return insert(table).on_conflict_do_nothing()

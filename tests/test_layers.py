@@ -1,0 +1,73 @@
+"""The import contracts in pyproject.toml hold, and break when someone imports upward.
+
+Each case copies the three packages into a scratch tree, adds one import that goes
+the wrong way, and runs `lint-imports` there: the contract that forbids it must fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _copy(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    for package in ("connectors", "gateway", "memory", "migrations"):
+        shutil.copytree(
+            ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    return tree
+
+
+def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
+    result = _lint(_copy(tmp_path))
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "upward_import", "contract"),
+    [
+        ("memory/storage/models.py", "import memory.archive.archive", "storage at the bottom"),
+        ("memory/context.py", "import gateway.settings", "connectors -> gateway -> memory"),
+        ("gateway/llm/base.py", "import memory.storage.models", "knows nothing of storage"),
+        ("gateway/turns/runner.py", "import gateway.channels.core", "the edge over the core"),
+        ("connectors/telegram/normalize.py", "import memory.storage.models", "never storage"),
+        ("connectors/whatsapp/graph.py", "import connectors.telegram.errors", "independent"),
+        ("gateway/channels/split.py", "import gateway.channels.delivery", "no import cycles"),
+    ],
+)
+def test_an_import_the_wrong_way_breaks_a_contract(
+    tmp_path: Path, module: str, upward_import: str, contract: str
+) -> None:
+    tree = _copy(tmp_path)
+    path = tree / module
+    path.write_text(path.read_text() + f"\n{upward_import}  # the wrong way\n")
+
+    result = _lint(tree)
+
+    assert result.returncode != 0
+    broken = result.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken, result.stdout
