@@ -65,6 +65,7 @@ from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs
 from gateway.llm import Prompt, build_provider
 from gateway.settings import Settings
 from gateway.turns.hub import Hub
+from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.runner import TurnContext, TurnLimits, TurnRunner
 from memory.archive.archive import Archive
@@ -592,6 +593,7 @@ async def check_against_runner(s: Subject, persona: str, now: datetime) -> str:
         "persona": persona,
         "limits": TURN_LIMITS,
         "memory": s.memory,
+        "leases": ConversationLeases(s.repos.leases, timedelta(seconds=30)),
     }
     arguments = {
         name: known.get(name, object())

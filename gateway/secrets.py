@@ -1,4 +1,8 @@
-"""The key that signs tokens: from PARLEY_SECRET_KEY, else created once in the data dir."""
+"""The key that signs tokens: from PARLEY_SECRET_KEY, else created once in the data dir.
+
+A file in the data dir is one replica's own; replicas share a database server, so on one
+the key must come from the setting.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,20 @@ import os
 import secrets
 from pathlib import Path
 
+from gateway.errors import ConfigError
 from gateway.settings import Settings
 from memory.storage.files import FILE_MODE, private_dir, tighten
 
 KEY_FILE = "secret_key"
+
+
+def require_shared_key(settings: Settings) -> None:
+    """Refuse to serve from a database server without the key every replica shares."""
+    if settings.secret_key is None and not settings.is_sqlite:
+        raise ConfigError(
+            "PARLEY_SECRET_KEY must be set when the database is not SQLite: every replica "
+            "must sign web chat tokens with the same key"
+        )
 
 
 def signing_key(settings: Settings) -> bytes:

@@ -3,10 +3,12 @@ opened and closed by its lifespan."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -22,9 +24,11 @@ from gateway.clock import Clock, SystemClock
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
+from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.turns.commands import Commands
 from gateway.turns.hub import Hub
+from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.profile_commands import register_profile_commands
 from gateway.turns.runner import TurnLimits, TurnRunner
@@ -39,6 +43,8 @@ from memory.storage.schema import prepare as prepare_schema
 from memory.tokens import message_tokens
 
 log = structlog.get_logger(__name__)
+
+TURN_SWEEP = "sweep:turns"
 
 
 @dataclass
@@ -69,6 +75,7 @@ class Services:
         through them, the turn runner that fills the outbox, and the core that starts
         turns. Connectors learn of the core when the lifespan starts them. One function,
         long as it is: the whole wiring in one place, read top to bottom."""
+        require_shared_key(settings)
         clock = clock or SystemClock()
         engine = create_engine(settings.resolved_database_url)
         sessions = session_factory(engine)
@@ -97,6 +104,7 @@ class Services:
             persona=load_persona(settings.persona_file),
             limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
             outbox=outbox,
+            leases=ConversationLeases(repos.leases, timedelta(seconds=settings.turn_lease_seconds)),
             commands=commands,
             memory=ArchiveMemory(
                 archive, profiles, queue.enqueue, clock, settings.data_dir / "archive"
@@ -166,6 +174,8 @@ class Services:
             stack.callback(deadline.start)  # the HTTP server has stopped taking requests
             await self.core.resume()
             await self.outbox.resume()
+            sweeper = asyncio.create_task(self._sweep_turns(), name="turn-sweeper")
+            stack.push_async_callback(self._stage, "turn sweep", lambda: _cancel(sweeper))
             log.info(
                 "gateway ready",
                 database=self.engine.dialect.name,
@@ -173,6 +183,18 @@ class Services:
                 connectors=[connector.channel for connector in self.connectors],
             )
             yield
+
+    async def _sweep_turns(self) -> None:
+        """Now and then, one replica (whoever holds the sweep's lease) starts the turns
+        owed anywhere: a dead replica's conversations are answered once its leases lapse."""
+        interval = self.settings.sweep_interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if await self.repos.leases.claim(TURN_SWEEP, timedelta(seconds=3 * interval)):
+                    await self.core.resume()
+            except Exception:  # e.g. the database is briefly down: sweep again later
+                log.exception("turn sweep failed")
 
     async def _stage(self, name: str, close: Callable[[], Awaitable[object]]) -> None:
         try:
@@ -195,6 +217,12 @@ class _Deadline:
         if self._end is None:
             return self._seconds
         return max(0.0, self._end - time.monotonic())
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def _delivery_loop(settings: Settings, repos: Repositories, clock: Clock) -> DeliveryLoop:

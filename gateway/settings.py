@@ -125,6 +125,9 @@ class Settings(BaseSettings):
     archive_retry_base_seconds: float = Field(default=30.0, ge=0)
     archive_retry_max_seconds: float = Field(default=3_600.0, ge=0)
     job_lease_seconds: float = Field(default=30.0, ge=1)
+    # A replica's hold on a conversation while it answers: renewed every third of it; a
+    # dead replica's conversations pass to another within it (plus one sweep).
+    turn_lease_seconds: float = Field(default=30.0, ge=3)
     sweep_interval_seconds: float = Field(default=10.0, gt=0)
     embedded_job_concurrency: int = Field(default=2, ge=1)
     profile_tidy_at_chars: int = Field(default=40_000, ge=1_000)

@@ -55,6 +55,17 @@ def test_serve_refuses_an_unmigrated_postgres_and_migrate_fixes_it(tmp_path: Pat
     assert again.returncode == 0
 
 
+def test_serve_on_postgres_refuses_without_the_shared_secret_key(tmp_path: Path) -> None:
+    with databases.empty_postgres_database() as url:
+        env = parley_env(data_dir=str(tmp_path), database_url=url, port=str(free_port()))
+        del env["PARLEY_SECRET_KEY"]
+        refused = run_parley("serve", env=env, cwd=tmp_path)
+
+    assert refused.returncode == 2
+    assert "PARLEY_SECRET_KEY must be set" in refused.stderr
+    assert not (tmp_path / "secret_key").exists()  # no replica-local key was made
+
+
 async def test_a_killed_gateway_answers_the_message_after_restart(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:

@@ -74,3 +74,21 @@ async def test_probes(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
     assert ready.status_code == 200
     assert ready.json() == {"status": "ready"}
     assert "/webchat/messages" in docs.json()["paths"]
+
+
+async def test_readiness_follows_redis_when_it_is_configured(
+    tmp_path: Path, redis_url: str
+) -> None:
+    sqlite = f"sqlite+aiosqlite:///{tmp_path / 'parley.db'}"
+    up = make_settings(sqlite, tmp_path / "up", None, redis_url=redis_url)
+    down = make_settings(sqlite, tmp_path / "down", None, redis_url="redis://127.0.0.1:9/0")
+    async with running_gateway(up) as gw:
+        ready = await gw.http.get("/readyz")
+    async with running_gateway(down) as gw:
+        unready = await gw.http.get("/readyz")
+        alive = await gw.http.get("/healthz")
+
+    assert ready.status_code == 200
+    assert unready.status_code == 503
+    assert unready.json() == {"status": "unavailable", "detail": "job queue unreachable"}
+    assert alive.status_code == 200

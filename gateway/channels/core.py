@@ -11,8 +11,6 @@ import asyncio
 import uuid
 from contextlib import AbstractContextManager
 
-import structlog
-
 from gateway.channels.outbox import Outbox
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Received
@@ -27,7 +25,8 @@ from memory.storage.messages import NewMessage, StoredMessage
 from memory.storage.models import Delivery, Role
 from memory.storage.repositories import Repositories
 
-log = structlog.get_logger(__name__)
+# How often a waiting request looks in the database for a reply another replica wrote.
+REPLY_POLL_SECONDS = 1.0
 
 
 class Core:
@@ -110,6 +109,8 @@ class Core:
         message = received.message
         conversation_id = message.conversation_id
         future = self._runner.reply_future(conversation_id, message.seq)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait_seconds
         try:
             # A message stored just now cannot have its turn finished: `receive` only
             # scheduled it. A redelivered one may have been answered long ago; that is
@@ -118,8 +119,16 @@ class Core:
                 stored = await self._messages.reply_for(conversation_id, message.seq)
                 if stored is not None:
                     return stored
-            return await asyncio.wait_for(asyncio.shield(future), wait_seconds)
-        except TimeoutError:
+            while (left := end - loop.time()) > 0:
+                try:
+                    return await asyncio.wait_for(
+                        asyncio.shield(future), min(left, REPLY_POLL_SECONDS)
+                    )
+                except TimeoutError:
+                    # The turn may be running on another replica: its reply is stored.
+                    stored = await self._messages.reply_for(conversation_id, message.seq)
+                    if stored is not None:
+                        return stored
             return None
         finally:
             self._runner.forget_future(conversation_id, future)
@@ -141,9 +150,14 @@ class Core:
         )
 
     async def resume(self) -> None:
-        """After a restart: run the turns a crash cut short."""
-        for conversation_id in await self._conversations.conversations_owing_reply():
-            self._runner.request(conversation_id)
+        """Start a turn wherever a reply is owed: after a restart, the turns a crash cut
+        short; on any replica, those of a replica that died. Each turn claims its
+        conversation's lease, so one that is being answered elsewhere is left alone."""
+        after = None
+        while page := await self._conversations.conversations_owing_reply(after=after):
+            for conversation_id in page:
+                self._runner.request(conversation_id)
+            after = page[-1]
 
 
 def _chat(inbound: Inbound) -> ChatRef:

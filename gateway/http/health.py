@@ -1,4 +1,5 @@
-"""Liveness and readiness probes."""
+"""Liveness and readiness probes: alive, and ready (database answering with the current
+schema, Redis answering when it is configured)."""
 
 from __future__ import annotations
 
@@ -24,4 +25,6 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         return JSONResponse({"status": "unavailable", "detail": type(exc).__name__}, 503)
     if revision != head_revision():
         return JSONResponse({"status": "unavailable", "detail": "schema out of date"}, 503)
+    if not await services.queue.reachable():
+        return JSONResponse({"status": "unavailable", "detail": "job queue unreachable"}, 503)
     return JSONResponse({"status": "ready"})

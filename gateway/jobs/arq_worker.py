@@ -87,6 +87,14 @@ class ArqQueue:
         if self._pool is not None and self._url is not None:
             await self._pool.aclose(close_connection_pool=True)
 
+    async def reachable(self) -> bool:
+        if self._pool is None:
+            return False
+        try:
+            return bool(await self._pool.ping())
+        except REDIS_DOWN:
+            return False
+
     async def enqueue(self, job: str, arg: str, *, key: str, defer: float = 0.0) -> None:
         assert self._pool is not None, "start() the queue first"
         # A worker killed mid-job leaves its job's keys behind for as long as the job

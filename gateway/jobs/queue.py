@@ -34,6 +34,10 @@ class JobQueue(Protocol):
 
     async def close(self) -> None: ...
 
+    async def reachable(self) -> bool:
+        """Whether the queue can take jobs now (for readiness)."""
+        ...
+
 
 class EmbeddedQueue:
     """Jobs as tasks of this process, at most `concurrency` at a time."""
@@ -67,6 +71,9 @@ class EmbeddedQueue:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+    async def reachable(self) -> bool:
+        return True
 
     async def idle(self) -> None:
         """Wait until no job is queued or running (for tests and benchmarks)."""

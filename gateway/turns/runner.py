@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -24,10 +25,12 @@ from gateway.llm import LLMProvider, Prompt
 from gateway.text import clean
 from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.turns.hub import DeltaEvent, Hub
+from gateway.turns.leases import ConversationLeases
 from memory.archive.reads import ChunkView
 from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
 from memory.provenance import NOTICE_SOURCE
 from memory.storage.conversations import Conversations, TurnState
+from memory.storage.leases import Held, LeaseLost
 from memory.storage.messages import Messages, NewMessage, StoredMessage
 from memory.storage.models import Delivery, Role
 from memory.tokens import message_tokens
@@ -110,6 +113,7 @@ class TurnRunner:
         persona: str,
         limits: TurnLimits,
         outbox: Outbox,
+        leases: ConversationLeases,
         commands: Commands | None = None,
         memory: TurnMemory | None = None,
         presence: Presence | None = None,
@@ -122,6 +126,7 @@ class TurnRunner:
         self._persona = persona
         self._limits = limits
         self._outbox = outbox
+        self._leases = leases
         self._commands = commands or Commands()
         self._memory = memory or NoMemory()
         self._presence = presence or _no_presence
@@ -174,9 +179,19 @@ class TurnRunner:
 
     @contextlib.asynccontextmanager
     async def guard(self, conversation_id: uuid.UUID) -> AsyncIterator[None]:
-        """Hold a conversation's turns: wait for a running step to end and keep the
-        next from starting until released (linking rewrites the conversation).
-        Not re-entrant: a step must not guard its own conversation."""
+        """Hold a conversation's turns, on every replica: wait for a running step to end
+        and keep the next from starting until released (linking rewrites the
+        conversation). Waits as long as it must: bound it with a timeout. Not
+        re-entrant: a step must not guard its own conversation."""
+        async with (
+            self._leases.hold(conversation_id, wait=math.inf),
+            self._step_lock(conversation_id),
+        ):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _step_lock(self, conversation_id: uuid.UUID) -> AsyncIterator[None]:
+        """This process's side of `guard`: one step at a time per conversation."""
         lock, users = self._guards.get(conversation_id, (asyncio.Lock(), 0))
         self._guards[conversation_id] = (lock, users + 1)
         try:
@@ -190,32 +205,50 @@ class TurnRunner:
                 self._guards[conversation_id] = (lock, users - 1)
 
     async def _loop(self, conversation_id: uuid.UUID) -> None:
-        # A loop starts because a message arrived: the first round goes straight to the
-        # turn. Later rounds first ask one small question: is anything unanswered? A
-        # message stored meanwhile has set `_again` (the loop was still registered).
-        known_owed = True
         try:
-            while not self._closing and conversation_id not in self._merged:
-                self._again.discard(conversation_id)
-                if not known_owed and not await self._conversations.owes_reply(conversation_id):
-                    if conversation_id in self._again:
-                        continue
-                    break
-                async with self.guard(conversation_id):
-                    context = await self._memory.before_turn(conversation_id)
-                    state = await self._conversations.load_turn(conversation_id)
-                    if state is None:
-                        if not known_owed:
-                            break  # owed, yet nothing to answer: a merge answered it
-                        known_owed = False
-                        continue
-                    known_owed = False
-                    await self._step(state, context)
+            while True:
+                async with self._leases.hold(conversation_id) as mine:
+                    if not mine:
+                        return  # another replica answers; it looks again after releasing
+                    await self._rounds(conversation_id)
+                # Released. A message stored on another replica while we held the lease
+                # found it taken: answering it is ours, unless that replica is faster.
+                if self._closing or conversation_id in self._merged:
+                    return
+                if not await self._conversations.owes_reply(conversation_id):
+                    return
+        except LeaseLost:
+            log.warning(
+                "a turn lost its lease; another replica answers",
+                conversation_id=str(conversation_id),
+            )
         except Exception:
             log.exception("turn loop failed", conversation_id=str(conversation_id))
         finally:
             self._loops.pop(conversation_id, None)
             self._merged.discard(conversation_id)
+
+    async def _rounds(self, conversation_id: uuid.UUID) -> None:
+        # A loop starts because a message arrived: the first round goes straight to the
+        # turn. Later rounds first ask one small question: is anything unanswered? A
+        # message stored meanwhile has set `_again` (the loop was still registered).
+        known_owed = True
+        while not self._closing and conversation_id not in self._merged:
+            self._again.discard(conversation_id)
+            if not known_owed and not await self._conversations.owes_reply(conversation_id):
+                if conversation_id in self._again:
+                    continue
+                return
+            async with self._step_lock(conversation_id):
+                context = await self._memory.before_turn(conversation_id)
+                state = await self._conversations.load_turn(conversation_id)
+                if state is None:
+                    if not known_owed:
+                        return  # owed, yet nothing to answer: a merge answered it
+                    known_owed = False
+                    continue
+                known_owed = False
+                await self._step(state, context)
 
     async def _step(self, state: TurnState, context: TurnContext) -> None:
         """Answer the first command, or every message before the first command."""
@@ -231,7 +264,8 @@ class TurnRunner:
         state = replace(state, live=live, unanswered=answered)
         async with self._presence(answered[-1]):
             answer = await self._model(state, context)
-        reply = await self._finish(state, answered[-1], answer)
+        held = self._leases.held(state.conversation_id)
+        reply = await self._finish(state, answered[-1], answer, held)
         live_tokens = sum(m.token_count for m in state.live) + reply.token_count
         await self._memory.after_turn(state.conversation_id, live_tokens)
 
@@ -242,10 +276,11 @@ class TurnRunner:
         # turns take over from here.
         trigger = await self._messages.message_by_id(invocation.message.id) or invocation.message
         moved = trigger.conversation_id != state.conversation_id
+        held = None if moved else self._leases.held(state.conversation_id)
         if moved:
             self._merged.add(state.conversation_id)
             state = replace(state, conversation_id=trigger.conversation_id)
-        await self._finish(state, trigger, answer)
+        await self._finish(state, trigger, answer, held)
         if moved:
             self.request(trigger.conversation_id)
 
@@ -282,9 +317,10 @@ class TurnRunner:
         return text
 
     async def _finish(
-        self, state: TurnState, trigger: StoredMessage, answer: _Answer
+        self, state: TurnState, trigger: StoredMessage, answer: _Answer, held: Held | None
     ) -> StoredMessage:
-        """Store the answer as the reply to everything up to `trigger`, then deliver it."""
+        """Store the answer as the reply to everything up to `trigger`, then deliver it;
+        with `held`, only while this replica still holds the conversation."""
         stored_is_sent = self._outbox.delivered_by_storing(trigger.channel)
         reply, _ = await self._messages.add_message(
             state.conversation_id,
@@ -297,6 +333,7 @@ class TurnRunner:
                 delivery=Delivery.SENT if stored_is_sent else Delivery.PENDING,
             ),
             now=self._clock.now(),
+            held=held,
         )
         self._hub.message(reply)
         self._resolve(state.conversation_id, trigger.seq, reply)

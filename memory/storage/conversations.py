@@ -67,10 +67,18 @@ class Conversations:
             )
         return found is not None
 
-    async def conversations_owing_reply(self) -> list[uuid.UUID]:
-        query = select(Conversation.id).where(
-            Conversation.last_user_seq > Conversation.answered_seq
+    async def conversations_owing_reply(
+        self, *, after: uuid.UUID | None = None, limit: int = 500
+    ) -> list[uuid.UUID]:
+        """Conversations with an unanswered user message, a page at a time by id."""
+        query = (
+            select(Conversation.id)
+            .where(Conversation.last_user_seq > Conversation.answered_seq)
+            .order_by(Conversation.id)
+            .limit(limit)
         )
+        if after is not None:
+            query = query.where(Conversation.id > after)
         async with self._sessions() as session:
             return list((await session.scalars(query)).all())
 

@@ -11,16 +11,41 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy import delete, or_, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.storage.inserts import insert_or_skip
 from memory.storage.models import Lease
 
 log = structlog.get_logger(__name__)
+
+
+class LeaseLost(Exception):
+    """A write that needed a lease found it expired or taken by another holder."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A lease a write must still hold, checked in the write's own transaction."""
+
+    name: str
+    holder: str
+
+
+async def lock_held(session: AsyncSession, held: Held, now: datetime) -> None:
+    """Raise `LeaseLost` unless `held` is still ours; if it is, lock it until commit, so
+    nobody can take it over (once expired) before this transaction is done."""
+    locked = await session.execute(
+        update(Lease)
+        .where(Lease.name == held.name, Lease.holder == held.holder, Lease.expires_at > now)
+        .values(expires_at=Lease.expires_at)
+    )
+    if locked.rowcount != 1:  # type: ignore[attr-defined]
+        raise LeaseLost(held.name)
 
 
 class Leases:
@@ -47,13 +72,12 @@ class Leases:
             )
             if taken.rowcount == 0:  # type: ignore[attr-defined]
                 values = {"name": name, "holder": self.holder, "expires_at": now + ttl}
-                postgres = session.get_bind().dialect.name == "postgresql"
-                dialect = postgresql if postgres else sqlite
-                taken = await session.execute(
-                    dialect.insert(Lease).values(values).on_conflict_do_nothing()
-                )
+                taken = await session.execute(insert_or_skip(session, Lease).values(values))
             await session.commit()
         return bool(taken.rowcount)  # type: ignore[attr-defined]
+
+    def held(self, name: str) -> Held:
+        return Held(name, self.holder)
 
     async def release(self, name: str) -> None:
         async with self._sessions() as session:

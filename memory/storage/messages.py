@@ -16,6 +16,7 @@ from sqlalchemy import Row, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.inserts import insert_or_skip
+from memory.storage.leases import Held, lock_held
 from memory.storage.models import Conversation, Delivery, Message, Role
 
 
@@ -96,15 +97,24 @@ class Messages:
         self._count_tokens = count_tokens
 
     async def add_message(
-        self, conversation_id: uuid.UUID, new: NewMessage, *, now: datetime
+        self,
+        conversation_id: uuid.UUID,
+        new: NewMessage,
+        *,
+        now: datetime,
+        held: Held | None = None,
     ) -> tuple[StoredMessage, bool]:
         """Store a message under the next seq; `(existing, False)` for a redelivery.
 
         A redelivery is found by the unique (channel, platform id) skipping the insert;
         rolling back returns the seq too, so the common case costs no extra query.
+        With `held`, the message is stored only while that lease is still ours
+        (`LeaseLost` otherwise): a turn that lost its conversation stores no reply.
         """
         is_user = new.role is Role.USER
         async with self._sessions() as session:
+            if held is not None:
+                await lock_held(session, held, now)
             # The UPDATE takes the conversation's write lock first, so concurrent
             # inserts into one conversation get consecutive seqs without retries.
             seq = (

@@ -25,8 +25,13 @@ def free_port() -> int:
         return port
 
 
+# Every replica of a deployment shares one key (required on Postgres).
+TEST_SECRET_KEY = "test-secret-key-0123456789abcdef"
+
+
 def parley_env(**settings: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    env |= {"PARLEY_SECRET_KEY": TEST_SECRET_KEY}
     env |= {f"PARLEY_{key.upper()}": value for key, value in settings.items()}
     return env
 

@@ -1,0 +1,171 @@
+"""Two replicas, one conversation: turns never overlap, and a dead replica's
+conversation passes to the other.
+
+Each replica is a whole gateway (its own app, turn runner and lease holder) on the
+same database, as two `parley serve` behind a load balancer would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.fakes.llm_server import FakeLLM, Hang, Reply
+from tests.support.harness import Gateway, make_settings, running_gateway
+from tests.support.polling import eventually
+from tests.support.process import REPO, free_port, parley_env
+
+
+@contextlib.asynccontextmanager
+async def replicas(
+    database_url: str, tmp_path: Path, llm: FakeLLM, **extra: Any
+) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    first = make_settings(database_url, tmp_path / "a", llm, **extra)
+    second = make_settings(database_url, tmp_path / "b", llm, **extra)
+    async with running_gateway(first) as a, running_gateway(second) as b:
+        yield a, b
+
+
+def _prompt_text(request: dict[str, Any]) -> str:
+    return "\n".join(str(m["content"]) for m in request["messages"])
+
+
+async def test_messages_to_both_replicas_never_run_two_turns_at_once(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    gate = asyncio.Event()
+    llm.script(Reply("first answer", gate=gate), Reply("second answer"))
+    async with replicas(database_url, tmp_path, llm) as (a, b):
+        token, _ = await a.visitor()
+        first = asyncio.create_task(a.send(token, "one"))
+        await llm.wait_for_requests(1)
+        second = asyncio.create_task(b.send(token, "two"))
+        # Replica b has stored "two" while a's turn is still writing.
+        await eventually(lambda: a.history(token), until=lambda h: len(h) == 2)
+        gate.set()
+        answers = [(await first).json(), (await second).json()]
+        history = await a.history(token)
+
+    assert llm.max_active == 1
+    assert len(llm.requests) == 2
+    assert "two" in _prompt_text(llm.requests[1])
+    assert [answer["reply"]["text"] for answer in answers] == ["first answer", "second answer"]
+    assert [(m["seq"], m["role"], m["text"]) for m in history] == [
+        (1, "user", "one"),
+        (2, "user", "two"),
+        (3, "assistant", "first answer"),
+        (4, "assistant", "second answer"),
+    ]
+
+
+async def test_a_burst_across_replicas_is_answered_by_one_following_turn(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    gate = asyncio.Event()
+    llm.script(Reply("to the first", gate=gate), Reply("to the burst"))
+    async with replicas(database_url, tmp_path, llm) as (a, b):
+        token, _ = await a.visitor()
+        first = asyncio.create_task(a.send(token, "start"))
+        await llm.wait_for_requests(1)
+        burst = [
+            asyncio.create_task(gateway.send(token, text))
+            for gateway, text in ((b, "burst 1"), (a, "burst 2"), (b, "burst 3"))
+        ]
+        await eventually(lambda: a.history(token), until=lambda h: len(h) == 4)
+        gate.set()
+        await first
+        replies = [(await task).json()["reply"]["text"] for task in burst]
+
+    assert len(llm.requests) == 2
+    assert all(f"burst {n}" in _prompt_text(llm.requests[1]) for n in (1, 2, 3))
+    assert replies == ["to the burst"] * 3
+
+
+async def test_a_post_on_one_replica_gets_the_reply_written_on_the_other(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    gate = asyncio.Event()
+    llm.script(Reply("busy", gate=gate), Reply("for b's caller"))
+    async with replicas(database_url, tmp_path, llm) as (a, b):
+        token, _ = await a.visitor()
+        first = asyncio.create_task(a.send(token, "keeps a busy"))
+        await llm.wait_for_requests(1)
+        on_b = asyncio.create_task(b.send(token, "asked on b"))
+        await eventually(lambda: b.history(token), until=lambda h: len(h) == 2)
+        gate.set()  # a's turn ends, and a answers b's caller's message too
+        await first
+        answer = await on_b
+
+    assert answer.status_code == 200
+    assert answer.json()["reply"]["text"] == "for b's caller"
+
+
+async def test_a_replica_killed_mid_turn_leaves_the_conversation_to_the_other(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Hang(), Reply("answered by the survivor"))
+    fast = {"turn_lease_seconds": 3, "sweep_interval_seconds": 0.5}
+    port = free_port()
+    env = parley_env(
+        database_url=database_url,
+        data_dir=str(tmp_path / "killed"),
+        port=str(port),
+        llm_provider="openai",
+        llm_base_url=llm.openai_base,
+        llm_api_key="sk-test-key-that-must-not-leak",
+        llm_model="fake-model",
+        **{key: str(value) for key, value in fast.items()},
+    )
+    doomed = subprocess.Popen(  # noqa: ASYNC220 - started once; killed below
+        [sys.executable, "-m", "gateway", "serve"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            await eventually(lambda: _ready(client), until=bool, seconds=30)
+            session = (await client.post("/webchat/sessions")).json()
+            sent = asyncio.create_task(
+                client.post(
+                    "/webchat/messages",
+                    json={"text": "are you there?"},
+                    headers={"Authorization": f"Bearer {session['token']}"},
+                )
+            )
+            await llm.wait_for_requests(1)  # the doomed replica's turn is writing
+            doomed.send_signal(signal.SIGKILL)
+            with contextlib.suppress(httpx.TransportError):
+                await sent
+        survivor = make_settings(database_url, tmp_path / "survivor", llm, **fast)
+        async with running_gateway(survivor) as b:
+            history = await eventually(
+                lambda: b.history(session["token"]), until=lambda h: len(h) == 2, seconds=60
+            )
+    finally:
+        if doomed.poll() is None:
+            doomed.kill()
+        doomed.wait(timeout=10)
+
+    assert [(m["role"], m["text"]) for m in history] == [
+        ("user", "are you there?"),
+        ("assistant", "answered by the survivor"),
+    ]
+    assert len(llm.requests) == 2
+
+
+async def _ready(client: httpx.AsyncClient) -> bool:
+    try:
+        return (await client.get("/readyz")).status_code == 200
+    except httpx.TransportError:
+        return False
