@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,6 +27,7 @@ from gateway.clock import Clock, SystemClock
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
+from gateway.metrics import Metrics
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.turns.commands import Commands
@@ -41,6 +45,9 @@ from memory.storage.repositories import Repositories
 from memory.storage.schema import SchemaOutOfDate
 from memory.storage.schema import prepare as prepare_schema
 from memory.tokens import message_tokens
+
+if TYPE_CHECKING:
+    from gateway.turns.fanout import RedisFanout
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +71,9 @@ class Services:
     jobs: MemoryJobs
     llm: LLMProvider
     connectors: list[Connector]
+    metrics: Metrics
+    # Events to and from the other replicas (with Redis only).
+    fanout: RedisFanout | None
 
     @classmethod
     def build(
@@ -79,7 +89,9 @@ class Services:
         clock = clock or SystemClock()
         engine = create_engine(settings.resolved_database_url)
         sessions = session_factory(engine)
-        repos = Repositories.open(sessions, count_tokens=message_tokens, now=clock.now)
+        repos = Repositories.open(
+            sessions, count_tokens=message_tokens, now=clock.now, holder=_replica_name(settings)
+        )
         llm = llm or build_provider(settings)
         archive, profiles = Archive(sessions, memory_limits(settings)), Profiles(sessions)
         queue = _job_queue(settings)
@@ -92,8 +104,9 @@ class Services:
             enqueue=queue.enqueue,
             clock=clock,
         )
+        metrics = Metrics()
         connectors = enabled_connectors(settings)
-        outbox = Outbox(connectors, repos, _delivery_loop(settings, repos, clock))
+        outbox = Outbox(connectors, repos, _delivery_loop(settings, repos, clock, metrics))
         hub, commands = Hub(), Commands()
         runner = TurnRunner(
             messages=repos.messages,
@@ -104,12 +117,15 @@ class Services:
             persona=load_persona(settings.persona_file),
             limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
             outbox=outbox,
-            leases=ConversationLeases(repos.leases, timedelta(seconds=settings.turn_lease_seconds)),
+            leases=ConversationLeases(
+                repos.leases, timedelta(seconds=settings.turn_lease_seconds), metrics
+            ),
             commands=commands,
             memory=ArchiveMemory(
                 archive, profiles, queue.enqueue, clock, settings.data_dir / "archive"
             ),
             presence=outbox.working,
+            metrics=metrics,
         )
         Linking(repos=repos, runner=runner, clock=clock).register(commands)
         register_status(commands, archive, repos.deliveries, profiles)
@@ -122,6 +138,8 @@ class Services:
             policy=AccessPolicy.from_settings(settings, repos.pairings, clock),
             runner=runner,
             outbox=outbox,
+            metrics=metrics,
+            leader_ttl=timedelta(seconds=settings.turn_lease_seconds),
         )
         return cls(
             settings=settings,
@@ -139,6 +157,8 @@ class Services:
             jobs=jobs,
             llm=llm,
             connectors=connectors,
+            metrics=metrics,
+            fanout=_fanout(settings, hub),
         )
 
     @contextlib.asynccontextmanager
@@ -161,6 +181,9 @@ class Services:
                 raise
             await self.queue.start(self.jobs)
             stack.push_async_callback(self._stage, "jobs", self.queue.close)
+            if self.fanout is not None:
+                await self.fanout.start()
+                stack.push_async_callback(self._stage, "replica events", self.fanout.close)
             for connector in self.connectors:
                 await connector.start(self.core)
                 stack.push_async_callback(self._stage, connector.channel, connector.stop)
@@ -186,13 +209,15 @@ class Services:
 
     async def _sweep_turns(self) -> None:
         """Now and then, one replica (whoever holds the sweep's lease) starts the turns
-        owed anywhere: a dead replica's conversations are answered once its leases lapse."""
+        owed anywhere and submits the replies still to send: a dead replica's work is
+        taken over once its leases lapse."""
         interval = self.settings.sweep_interval_seconds
         while True:
             await asyncio.sleep(interval)
             try:
                 if await self.repos.leases.claim(TURN_SWEEP, timedelta(seconds=3 * interval)):
                     await self.core.resume()
+                    await self.outbox.resume()
             except Exception:  # e.g. the database is briefly down: sweep again later
                 log.exception("turn sweep failed")
 
@@ -225,15 +250,40 @@ async def _cancel(task: asyncio.Task[None]) -> None:
         await task
 
 
-def _delivery_loop(settings: Settings, repos: Repositories, clock: Clock) -> DeliveryLoop:
+def _delivery_loop(
+    settings: Settings, repos: Repositories, clock: Clock, metrics: Metrics
+) -> DeliveryLoop:
     retry = RetryPolicy(
         settings.delivery_max_attempts,
         settings.delivery_retry_base_seconds,
         settings.delivery_retry_max_seconds,
     )
     return DeliveryLoop(
-        deliveries=repos.deliveries, clock=clock, retry=retry, uncertain=settings.delivery_uncertain
+        deliveries=repos.deliveries,
+        clock=clock,
+        retry=retry,
+        uncertain=settings.delivery_uncertain,
+        metrics=metrics,
+        lanes=repos.leases,
+        lane_ttl=timedelta(seconds=settings.turn_lease_seconds),
     )
+
+
+def _replica_name(settings: Settings) -> str:
+    """Who holds this replica's leases: where it runs (host, port, data dir), so the same
+    replica restarted after a crash takes its conversations back at once instead of
+    waiting for its own leases to lapse. Two live processes cannot share all three. The
+    data dir goes in as a digest: a lease's holder is at most 64 characters."""
+    data_dir = hashlib.sha256(str(settings.data_dir.resolve()).encode()).hexdigest()[:12]
+    return f"{socket.gethostname()[:32]}:{settings.port}:{data_dir}"
+
+
+def _fanout(settings: Settings, hub: Hub) -> RedisFanout | None:
+    if not settings.redis_url:
+        return None
+    from gateway.turns.fanout import RedisFanout  # redis only when it is configured
+
+    return RedisFanout(hub, settings.redis_url)
 
 
 def _job_queue(settings: Settings) -> JobQueue:

@@ -3,6 +3,7 @@ marked failed with the platform's reason after N tries, and survive a restart.""
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from sqlalchemy import update
 
 from gateway.channels.delivery import Pacer, RetryPolicy
+from gateway.channels.outbox import Outbox
 from gateway.channels.port import Pace
 from gateway.channels.split import split_text, utf16_length
 from memory.storage.engine import create_engine
@@ -243,3 +245,36 @@ async def test_a_part_in_flight_at_a_crash_is_resent_or_skipped_by_policy_and_co
     *delivered, status = fake.texts(CHAT)
     assert delivered == [parts[i] for i in sent]
     assert "Reply parts in doubt after a restart: 1" in status
+
+
+async def test_a_replica_starting_mid_delivery_leaves_the_lane_to_its_worker(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    text = _long_reply()
+    llm.script(Reply(text))
+    async with (
+        tg.fake_telegram() as fake,
+        platform_gateway(database_url, tmp_path / "a", llm, tg=fake) as a,
+    ):
+        fake.fail("sendMessage", None, flood(retry_after=2))  # part 2 waits two seconds
+        await a.telegram(tg.text_update(CHAT, "tell me everything"))
+        await fake.wait_until(lambda f: len(f.calls_of("sendMessage")) == 2)
+        # A second replica starts while the first one's lane waits out the 429: its
+        # start submits every pending reply, this one included.
+        async with platform_gateway(database_url, tmp_path / "b", llm, tg=fake) as b:
+            await fake.wait_until(lambda f: len(f.texts(CHAT)) == 3, seconds=30)
+            messages = await eventually(
+                a.all_messages, until=lambda ms: ms[-1]["delivery"] == "sent"
+            )
+            for replica in (a, b):  # both done: nothing more would go out
+                outbox = replica.gw.services.outbox
+                await eventually(functools.partial(_busy, outbox), until=lambda busy: not busy)
+
+    parts = fake.texts(CHAT)
+    assert "".join(parts).replace("\n", "") == text.replace("\n", "")
+    assert len(parts) == 3  # each part once, in order
+    assert messages[-1]["delivery"] == "sent"
+
+
+async def _busy(outbox: Outbox) -> bool:
+    return outbox.busy

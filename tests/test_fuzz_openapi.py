@@ -31,6 +31,7 @@ AUTHORIZED, UNAUTHORIZED, NEGATIVE = 20, 8, 12
 OPERATIONS = {
     "GET /healthz",
     "GET /readyz",
+    "GET /metrics",
     "GET /api/v1/sessions",
     "GET /api/v1/sessions/{session_id}/messages",
     "POST /webchat/sessions",

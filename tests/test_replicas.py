@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from typing import Any
 import httpx
 
 from tests.fakes.llm_server import FakeLLM, Hang, Reply
-from tests.support.harness import Gateway, make_settings, running_gateway
+from tests.support.harness import Gateway, make_settings, next_frame, running_gateway
 from tests.support.polling import eventually
 from tests.support.process import REPO, free_port, parley_env
 
@@ -169,3 +170,31 @@ async def _ready(client: httpx.AsyncClient) -> bool:
         return (await client.get("/readyz")).status_code == 200
     except httpx.TransportError:
         return False
+
+
+async def test_a_socket_on_one_replica_streams_a_turn_run_on_the_other(
+    database_url: str, tmp_path: Path, llm: FakeLLM, redis_url: str
+) -> None:
+    gate = asyncio.Event()
+    llm.script(Reply("streamed across replicas", pieces=4, gate=gate))
+    async with replicas(database_url, tmp_path, llm, redis_url=redis_url) as (a, b):
+        for gateway in (a, b):
+            assert gateway.services.fanout is not None
+            await asyncio.wait_for(gateway.services.fanout.listening.wait(), 10)
+        token, _ = await a.visitor()
+        async with b.socket(token) as websocket:
+            await websocket.send(json.dumps({"type": "resume", "after_seq": 0}))
+            sent = asyncio.create_task(a.send(token, "hello via a"))
+            async with asyncio.timeout(30):
+                first = await next_frame(websocket, "message")
+                await llm.wait_for_requests(1)
+                gate.set()
+                frames: list[dict[str, Any]] = []
+                while not frames or frames[-1]["type"] != "message":
+                    frames.append(await next_frame(websocket))
+        await sent
+
+    assert (first["seq"], first["role"], first["text"]) == (1, "user", "hello via a")
+    deltas = "".join(f["text"] for f in frames if f["type"] == "delta")
+    assert deltas == "streamed across replicas"
+    assert (frames[-1]["seq"], frames[-1]["text"]) == (2, "streamed across replicas")

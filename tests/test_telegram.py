@@ -4,6 +4,7 @@ edits, groups, typing, replays, polling and webhook registration."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import random
@@ -360,3 +361,26 @@ def test_webhook_mode_needs_a_valid_secret(settings: dict[str, Any], message: st
     with pytest.raises(ConfigError, match=message) as raised:
         load_settings(_env_file=None, **values)
     assert tg.TOKEN not in str(raised.value)
+
+
+async def test_one_replica_polls_and_another_takes_over_when_it_stops(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    polling: dict[str, Any] = {
+        "telegram_mode": "polling",
+        "telegram_webhook_secret": None,
+        "turn_lease_seconds": 3,  # leader leases too: the other takes over within a second
+    }
+    async with tg.fake_telegram() as fake, contextlib.AsyncExitStack() as first:
+        await first.enter_async_context(
+            platform_gateway(database_url, tmp_path / "a", llm, tg=fake, **polling)
+        )
+        async with platform_gateway(database_url, tmp_path / "b", llm, tg=fake, **polling):
+            await fake.push_update(tg.text_update(3434, "to whoever polls", update_id=700))
+            await fake.wait_until(lambda f: len(f.texts(3434)) == 1)
+            await first.aclose()  # the replica that polled stops
+            await fake.push_update(tg.text_update(3434, "still heard?", update_id=701))
+            await fake.wait_until(lambda f: len(f.texts(3434)) == 2, seconds=30)
+
+    assert fake.conflicts == 0
+    assert len(llm.requests) == 2

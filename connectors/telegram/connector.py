@@ -30,7 +30,7 @@ from connectors.telegram.normalize import (
     normalize,
 )
 from connectors.telegram.polling import Poller
-from gateway.channels.port import Capabilities, Gateway, Pace
+from gateway.channels.port import Capabilities, Gateway, Pace, Singleton
 from gateway.channels.split import utf16_length
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError
 from gateway.messages import ChatRef, Outbound
@@ -76,7 +76,7 @@ class TelegramConnector:
         self._me: BotUser | None = None
         # Groups that became supergroups: replies follow them to their new id.
         self._migrated: dict[int, int] = {}
-        self._poller: Poller | None = None
+        self._poller: Singleton | None = None
         self.router = _router(self) if settings.telegram_mode is TelegramMode.WEBHOOK else None
 
     # -- lifecycle --------------------------------------------------------------------
@@ -97,14 +97,15 @@ class TelegramConnector:
         else:
             self._me = BotUser(self.bot.id, self.bot.username)
         if self.settings.telegram_mode is TelegramMode.POLLING:
-            self._poller = Poller(self.bot, self.handle, ALLOWED_UPDATES)
-            await self._poller.start()
+            # One replica polls (Telegram allows one getUpdates at a time per bot).
+            poller = Poller(self.bot, self.handle, ALLOWED_UPDATES)
+            self._poller = core.singleton("telegram-polling", poller.start, poller.stop)
         elif self.settings.public_url:
             await self._set_webhook(self.settings.public_url.rstrip("/") + WEBHOOK_PATH)
 
     async def stop(self) -> None:
         if self._poller is not None:
-            await self._poller.stop()
+            await self._poller.close()
         await self.bot.shutdown()
 
     async def _set_webhook(self, url: str) -> None:

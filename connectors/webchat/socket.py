@@ -21,7 +21,7 @@ from gateway.channels.port import StoredMessage
 from gateway.errors import AccessRefused, AuthError, InputError, RateLimited
 from gateway.http.errors import validation_errors
 from gateway.http.wire import MessageOut
-from gateway.turns.hub import DeltaEvent, Event, MessageEvent, Overflow
+from gateway.turns.hub import DeltaEvent, Event, MessageEvent, Overflow, Stored
 
 CATCH_UP_PAGE = 200
 # Close codes: the 4000s mirror the HTTP status a request would have got.
@@ -57,6 +57,8 @@ class _Outbox:
                 await self._ws.send_json({"type": "delta", "text": event.text})
             elif isinstance(event, MessageEvent):
                 await self._message(event.message)
+            elif isinstance(event, Stored):
+                await self._stored(event.seq)
             elif isinstance(event, Overflow) and self._sent_seq is not None:
                 await self._catch_up()
 
@@ -68,6 +70,14 @@ class _Outbox:
                 await self._catch_up()
                 return
         await self._send_message(message)
+
+    async def _stored(self, seq: int) -> None:
+        """Another replica stored message `seq`: read it (and any gap) from the database."""
+        if self._sent_seq is None:
+            for message in await self._gateway.history(self._conversation, seq - 1, 1):
+                await self._send_message(message)
+        elif seq > self._sent_seq:
+            await self._catch_up()
 
     async def _catch_up(self) -> None:
         assert self._sent_seq is not None

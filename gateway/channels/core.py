@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import uuid
 from contextlib import AbstractContextManager
+from datetime import timedelta
 
+from gateway.channels.leader import Leader, Step
 from gateway.channels.outbox import Outbox
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Received
 from gateway.clock import Clock
 from gateway.errors import AccessRefused
 from gateway.messages import ChatRef, Inbound
+from gateway.metrics import Metrics
 from gateway.text import clean_inbound
 from gateway.turns.hub import Event, Hub
 from gateway.turns.runner import TurnRunner
@@ -42,11 +45,16 @@ class Core:
         policy: AccessPolicy,
         runner: TurnRunner,
         outbox: Outbox,
+        metrics: Metrics,
+        leader_ttl: timedelta,
     ) -> None:
+        self._metrics = metrics
         self._messages = repos.messages
         self._conversations = repos.conversations
         self._identities = repos.identities
         self._deliveries = repos.deliveries
+        self._leases = repos.leases
+        self._leader_ttl = leader_ttl
         self.hub = hub
         self._clock = clock
         self._default_timezone = default_timezone
@@ -99,6 +107,7 @@ class Core:
             now=self._clock.now(),
         )
         if created:
+            self._metrics.inbound.labels(inbound.channel).inc()
             self.hub.message(message)
             if inbound.expects_reply:
                 self._runner.request(conversation_id)
@@ -148,6 +157,11 @@ class Core:
         return await self._deliveries.receipt(
             channel, platform_id, status, error, now=self._clock.now()
         )
+
+    def singleton(self, name: str, start: Step, stop: Step) -> Leader:
+        leader = Leader(self._leases, name, start, stop, ttl=self._leader_ttl)
+        leader.begin()
+        return leader
 
     async def resume(self) -> None:
         """Start a turn wherever a reply is owed: after a restart, the turns a crash cut

@@ -12,9 +12,12 @@ without a length limit (web chat, whose clients read the database) is called inl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 import structlog
 
@@ -24,8 +27,10 @@ from gateway.channels.split import split_text
 from gateway.clock import Clock
 from gateway.errors import DeliveryError, Undeliverable
 from gateway.messages import Outbound
+from gateway.metrics import Metrics
 from gateway.settings import UncertainParts
 from memory.storage.deliveries import Deliveries
+from memory.storage.leases import Leases
 from memory.storage.models import Delivery
 
 log = structlog.get_logger(__name__)
@@ -91,7 +96,16 @@ class DeliveryLoop:
         retry: RetryPolicy,
         uncertain: UncertainParts = UncertainParts.RESEND,
         pacer: Pacer | None = None,
+        metrics: Metrics | None = None,
+        lanes: Leases | None = None,
+        lane_ttl: timedelta = timedelta(seconds=30),
     ) -> None:
+        self._metrics = metrics or Metrics()
+        # With leases, a chat's lane is worked by one replica at a time (None: this
+        # process is the only one).
+        self._lane_leases = lanes
+        self._lane_ttl = lane_ttl
+        self._queued: set[int] = set()
         self._deliveries = deliveries
         self._uncertain = uncertain
         self._clock = clock
@@ -109,12 +123,18 @@ class DeliveryLoop:
         if sender.capabilities.max_length is None:
             await self._inline(outbound, sender)
             return
-        if self._closing:
+        if self._closing or outbound.message_id in self._queued:
             return  # still pending in the database: the next start delivers it
+        self._queued.add(outbound.message_id)
         lane = (outbound.channel, outbound.group_id or outbound.external_user_id)
         self._lanes.setdefault(lane, deque()).append(_Job(outbound, sender))
         if lane not in self._workers:
             self._workers[lane] = asyncio.create_task(self._work(lane), name=f"deliver:{lane}")
+
+    @property
+    def busy(self) -> bool:
+        """Whether a lane is being worked (for tests and benchmarks)."""
+        return bool(self._workers)
 
     async def close(self, deadline: float) -> None:
         """Stop sending: a request in flight may finish within `deadline` s; the rest
@@ -142,20 +162,35 @@ class DeliveryLoop:
 
     async def _work(self, lane: Hashable) -> None:
         queue = self._lanes[lane]
+        mine = False
         try:
-            while queue:
-                job = queue[0]
-                try:
-                    await self._deliver(lane, job)
-                except Exception:
-                    # A bug must not stall the lane: the reply stays pending and is
-                    # tried again on the next start.
-                    log.exception("delivery crashed", message_id=job.outbound.message_id)
-                queue.popleft()
+            async with self._lane(lane) as mine:
+                # Not ours: another replica works this chat's lane. What is queued here
+                # stays pending in the database, and a sweep submits it again later.
+                while mine and queue:
+                    job = queue[0]
+                    try:
+                        await self._deliver(lane, job)
+                    except Exception:
+                        # A bug must not stall the lane: the reply stays pending and is
+                        # tried again by a later sweep or start.
+                        log.exception("delivery crashed", message_id=job.outbound.message_id)
+                    queue.popleft()
+                    self._queued.discard(job.outbound.message_id)
         finally:
+            # Left over (not ours, or closing): pending in the database, not lost.
             del self._workers[lane]
-            if not queue:
-                del self._lanes[lane]
+            del self._lanes[lane]
+            leftover = list(queue)
+            self._queued.difference_update(job.outbound.message_id for job in leftover)
+        if mine:  # queued while the lane's lease was being released: another round
+            for job in leftover:
+                await self.submit(job.outbound, job.sender)
+
+    def _lane(self, lane: Hashable) -> AbstractAsyncContextManager[bool]:
+        if self._lane_leases is None:
+            return contextlib.nullcontext(True)
+        return self._lane_leases.hold(f"lane:{lane}", self._lane_ttl)
 
     async def _deliver(self, lane: Hashable, job: _Job) -> None:
         outbound, sender = job.outbound, job.sender
@@ -213,6 +248,7 @@ class DeliveryLoop:
             platform_id = await sender.send(part)
         except DeliveryError as exc:
             return exc
+        self._metrics.deliveries.labels(part.channel, "sent").inc()
         await self._deliveries.part_sent(
             part.message_id, part.part, part.channel, platform_id, now=self._clock.now()
         )
@@ -221,6 +257,7 @@ class DeliveryLoop:
     async def _retry_later(
         self, sender: Connector, part: Outbound, failure: DeliveryError, failures: int
     ) -> None:
+        self._metrics.deliveries.labels(part.channel, "retried").inc()
         await self._deliveries.attempt_failed(part.message_id, failure.reason, final=False)
         delay = server_wait(failure.retry_after)
         wait = delay if delay is not None else self._retry.backoff(failures)
@@ -239,4 +276,5 @@ class DeliveryLoop:
 
     async def _give_up(self, outbound: Outbound, reason: str) -> None:
         log.warning("delivery failed", message_id=outbound.message_id, error=reason)
+        self._metrics.deliveries.labels(outbound.channel, "failed").inc()
         await self._deliveries.attempt_failed(outbound.message_id, reason, final=True)

@@ -92,13 +92,22 @@ class Outbox:
             yield
 
     async def resume(self) -> None:
-        """After a restart: send the stored replies a crash kept from going out."""
-        for reply in await self._messages.pending_deliveries():
-            if reply.reply_to_seq is None:
-                continue
-            trigger = await self._messages.message_at(reply.conversation_id, reply.reply_to_seq)
-            if trigger is not None:
-                await self.deliver(reply, trigger)
+        """Submit every stored reply still to send: after a restart, those a crash kept
+        from going out; on any replica, those of a replica that died, or that waited
+        for a lane another replica worked. Each lane is worked by one replica."""
+        after_id = 0
+        while page := await self._messages.pending_deliveries(after_id=after_id):
+            for reply in page:
+                if reply.reply_to_seq is None:
+                    continue
+                trigger = await self._messages.message_at(reply.conversation_id, reply.reply_to_seq)
+                if trigger is not None:
+                    await self.deliver(reply, trigger)
+            after_id = page[-1].id
+
+    @property
+    def busy(self) -> bool:
+        return self._delivery.busy
 
     async def close(self, deadline: float) -> None:
         await self._delivery.close(deadline)

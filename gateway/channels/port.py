@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -26,6 +26,8 @@ from memory.storage.models import Delivery
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
+Step = Callable[[], Awaitable[None]]
+
 __all__ = [
     "Capabilities",
     "Connector",
@@ -34,6 +36,7 @@ __all__ = [
     "IdentityRef",
     "Pace",
     "Received",
+    "Singleton",
     "StoredMessage",
 ]
 
@@ -109,6 +112,15 @@ class Gateway(Protocol):
     ) -> bool:
         """A platform's delivery report on a message we sent; False if it is not ours."""
         ...
+
+    def singleton(self, name: str, start: Step, stop: Step) -> Singleton:
+        """Run `start` on exactly one replica at a time (`stop` when it stops leading):
+        long polling, a gateway connection. Begins when made; `close()` it on stop."""
+        ...
+
+
+class Singleton(Protocol):
+    async def close(self) -> None: ...
 
 
 class Connector(Protocol):

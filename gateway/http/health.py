@@ -1,13 +1,19 @@
-"""Liveness and readiness probes: alive, and ready (database answering with the current
-schema, Redis answering when it is configured)."""
+"""Probes and metrics: alive; ready (database answering with the current schema, Redis
+answering when it is configured); and what the gateway counts, for Prometheus."""
 
 from __future__ import annotations
 
+import structlog
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.http.deps import ServicesDep
+from gateway.services import Services
+from memory.storage.models import ChunkStatus
 from memory.storage.schema import current_revision, head_revision
+
+log = structlog.get_logger(__name__)
 
 router = APIRouter(tags=["health"])
 
@@ -28,3 +34,29 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     if not await services.queue.reachable():
         return JSONResponse({"status": "unavailable", "detail": "job queue unreachable"}, 503)
     return JSONResponse({"status": "ready"})
+
+
+@router.get(
+    "/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}}
+)
+async def metrics(services: ServicesDep) -> Response:
+    """Prometheus' text format. The stored-state gauges are read now; if the database
+    does not answer, they keep their last values and the counters are served anyway."""
+    try:
+        await _read_stored_state(services)
+    except Exception as exc:
+        log.warning("metrics without stored state", error=type(exc).__name__)
+    return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _read_stored_state(services: Services) -> None:
+    metrics = services.metrics
+    backlog = await services.archive.backlog()
+    for status in ChunkStatus:
+        metrics.archive_chunks.labels(status.value).set(backlog.chunks.get(status, 0))
+    metrics.extraction_backlog.set(backlog.to_extract)
+    waiting = backlog.oldest_waiting
+    lag = 0.0 if waiting is None else (services.clock.now() - waiting).total_seconds()
+    metrics.queue_lag.set(max(lag, 0.0))
+    metrics.uncertain_parts.set(await services.repos.deliveries.uncertain_parts())
+    metrics.facts_refused.set(await services.profiles.facts_refused())

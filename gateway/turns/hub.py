@@ -1,4 +1,5 @@
-"""In-process fan-out of conversation events to live subscribers (web chat sockets).
+"""Fan-out of conversation events to live subscribers (web chat sockets) in this
+process; with Redis, `fanout.RedisFanout` carries them to the other replicas too.
 
 Each subscriber has a bounded queue; one that falls too far behind is dropped and
 must resume from its last seq, so a slow client never holds up a turn.
@@ -10,7 +11,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from memory.storage.messages import StoredMessage
@@ -30,16 +31,33 @@ class DeltaEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Stored:
+    """Another replica stored message `seq`: read it from the database."""
+
+    conversation_id: uuid.UUID
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class Overflow:
-    """Sent in place of events a subscriber was too slow to take."""
+    """Sent in place of events a subscriber was too slow to take (or that a lost link to
+    the other replicas may have dropped): catch up from the database."""
 
 
-Event = MessageEvent | DeltaEvent | Overflow
+Event = MessageEvent | DeltaEvent | Stored | Overflow
+
+# Where this replica's events go besides its own subscribers (other replicas).
+Forward = Callable[[uuid.UUID, Event], None]
 
 
 class Hub:
     def __init__(self) -> None:
         self._subscribers: defaultdict[uuid.UUID, set[asyncio.Queue[Event]]] = defaultdict(set)
+        self._forward: Forward | None = None
+
+    def forward_to(self, forward: Forward) -> None:
+        """Also hand every event published here to `forward` (the fan-out to replicas)."""
+        self._forward = forward
 
     @contextlib.contextmanager
     def subscribe(self, conversation_id: uuid.UUID) -> Iterator[asyncio.Queue[Event]]:
@@ -54,6 +72,12 @@ class Hub:
                 del self._subscribers[conversation_id]
 
     def publish(self, conversation_id: uuid.UUID, event: Event) -> None:
+        if self._forward is not None:
+            self._forward(conversation_id, event)
+        self.deliver(conversation_id, event)
+
+    def deliver(self, conversation_id: uuid.UUID, event: Event) -> None:
+        """Hand an event to this replica's subscribers only."""
         for queue in self._subscribers.get(conversation_id, ()):
             try:
                 queue.put_nowait(event)
@@ -62,6 +86,12 @@ class Hub:
 
     def message(self, message: StoredMessage) -> None:
         self.publish(message.conversation_id, MessageEvent(message))
+
+    def overflow_all(self) -> None:
+        """Every subscriber catches up from the database (events may have been lost)."""
+        for subscribers in self._subscribers.values():
+            for queue in subscribers:
+                _replace_with_overflow(queue)
 
 
 def _replace_with_overflow(queue: asyncio.Queue[Event]) -> None:

@@ -17,6 +17,7 @@ from datetime import timedelta
 
 import structlog
 
+from gateway.metrics import Metrics
 from memory.storage.leases import Held, Leases
 
 log = structlog.get_logger(__name__)
@@ -37,9 +38,10 @@ class _Use:
 
 
 class ConversationLeases:
-    def __init__(self, leases: Leases, ttl: timedelta) -> None:
+    def __init__(self, leases: Leases, ttl: timedelta, metrics: Metrics | None = None) -> None:
         self._leases = leases
         self._ttl = ttl
+        self._held = (metrics or Metrics()).turn_leases
         self._uses: dict[uuid.UUID, _Use] = {}
 
     def held(self, conversation_id: uuid.UUID) -> Held:
@@ -56,6 +58,7 @@ class ConversationLeases:
             async with use.ready:
                 mine = use.renewer is not None or await self._claim(conversation_id, wait)
                 if mine and use.renewer is None:
+                    self._held.inc()
                     use.renewer = asyncio.create_task(
                         self._renew(conversation_id), name=f"lease:{conversation_id}"
                     )
@@ -73,6 +76,7 @@ class ConversationLeases:
                 with contextlib.suppress(asyncio.CancelledError):
                     await use.renewer
                 use.renewer = None
+                self._held.dec()
                 try:
                     await self._leases.release(lease_name(conversation_id))
                 except Exception as exc:  # unreleased, it lapses within its ttl

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -22,6 +23,7 @@ import structlog
 from gateway.clock import Clock
 from gateway.errors import LLMError
 from gateway.llm import LLMProvider, Prompt
+from gateway.metrics import Metrics
 from gateway.text import clean
 from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.turns.hub import DeltaEvent, Hub
@@ -117,7 +119,9 @@ class TurnRunner:
         commands: Commands | None = None,
         memory: TurnMemory | None = None,
         presence: Presence | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or Metrics()
         self._messages = messages
         self._conversations = conversations
         self._llm = llm
@@ -262,11 +266,15 @@ class TurnRunner:
         # Later user messages (after a command) belong to later turns.
         live = tuple(m for m in state.live if m.role is not Role.USER or m.seq <= upto)
         state = replace(state, live=live, unanswered=answered)
+        started = time.monotonic()
         async with self._presence(answered[-1]):
             answer = await self._model(state, context)
         held = self._leases.held(state.conversation_id)
         reply = await self._finish(state, answered[-1], answer, held)
         live_tokens = sum(m.token_count for m in state.live) + reply.token_count
+        self._metrics.turns.labels("model" if answer.role is Role.ASSISTANT else "notice").inc()
+        self._metrics.turn_seconds.observe(time.monotonic() - started)
+        self._metrics.live_window_tokens.observe(live_tokens)
         await self._memory.after_turn(state.conversation_id, live_tokens)
 
     async def _run_command(self, state: TurnState, invocation: Invocation) -> None:
@@ -285,6 +293,7 @@ class TurnRunner:
             self.request(trigger.conversation_id)
 
     async def _command(self, invocation: Invocation) -> _Answer:
+        self._metrics.turns.labels("command").inc()
         return _Answer(await self._commands.run(invocation), Role.EVENT, COMMAND_SOURCE)
 
     async def _model(self, state: TurnState, context: TurnContext) -> _Answer:
@@ -307,10 +316,11 @@ class TurnRunner:
 
     async def _generate(self, conversation_id: uuid.UUID, prompt: Prompt) -> str:
         pieces: list[str] = []
-        async for piece in self._llm.stream(prompt):
-            pieces.append(piece)
-            # A model server can send what no database stores (NUL, a lone surrogate).
-            self._hub.publish(conversation_id, DeltaEvent(conversation_id, clean(piece)))
+        with self._metrics.model_seconds.time():
+            async for piece in self._llm.stream(prompt):
+                pieces.append(piece)
+                # A model server can send what no database stores (NUL, a lone surrogate).
+                self._hub.publish(conversation_id, DeltaEvent(conversation_id, clean(piece)))
         text = clean("".join(pieces)).strip()
         if not text:
             raise LLMError("the model returned an empty reply")

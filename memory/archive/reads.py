@@ -48,6 +48,16 @@ class ArchiveStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Backlog:
+    """The archive's work across every conversation, for metrics."""
+
+    chunks: dict[ChunkStatus, int]
+    to_extract: int
+    # When the oldest chunk that still waits for its summary was cut (None: none waits).
+    oldest_waiting: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A chunk a worker holds the lease of, with what it needs to summarise it."""
 
@@ -104,6 +114,26 @@ class ArchiveReads:
                 .limit(limit)
             )
             return list(rows)
+
+    async def backlog(self) -> Backlog:
+        waiting = Chunk.status.in_([ChunkStatus.PENDING, ChunkStatus.FAILED])
+        async with self._sessions() as session:
+            counts = await session.execute(
+                select(Chunk.status, func.count()).group_by(Chunk.status)
+            )
+            to_extract = await session.scalar(
+                select(func.count()).where(
+                    Chunk.facts_extracted.is_(False),
+                    Chunk.status == ChunkStatus.READY,
+                    Chunk.level == 0,
+                )
+            )
+            oldest = await session.scalar(select(func.min(Chunk.created_at)).where(waiting))
+        return Backlog(
+            chunks={ChunkStatus(status): int(n) for status, n in counts},
+            to_extract=int(to_extract or 0),
+            oldest_waiting=oldest,
+        )
 
     async def recent_summaries_of(self, user_id: uuid.UUID, count: int) -> list[str]:
         """The newest summaries of the person's own conversation, oldest first."""

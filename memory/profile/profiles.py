@@ -31,6 +31,12 @@ class Profiles:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
 
+    async def facts_refused(self) -> int:
+        """Facts refused for want of evidence, over every profile."""
+        async with self._sessions() as session:
+            total = await session.scalar(select(func.coalesce(func.sum(Profile.facts_refused), 0)))
+        return int(total or 0)
+
     async def get(self, user_id: uuid.UUID) -> ProfileView:
         async with self._sessions() as session:
             row = await session.get(Profile, user_id)

@@ -72,14 +72,15 @@ class Deliveries:
             values["delivery_parts_sent"] = part + 1
         await self._update(message_id, **values)
 
-    async def uncertain_parts(self, conversation_id: uuid.UUID) -> int:
+    async def uncertain_parts(self, conversation_id: uuid.UUID | None = None) -> int:
+        """Parts in doubt in a conversation, or (None) everywhere."""
+        query = select(func.coalesce(func.sum(Message.delivery_uncertain), 0)).where(
+            Message.delivery_uncertain > 0
+        )
+        if conversation_id is not None:
+            query = query.where(Message.conversation_id == conversation_id)
         async with self._sessions() as session:
-            total = await session.scalar(
-                select(func.coalesce(func.sum(Message.delivery_uncertain), 0)).where(
-                    Message.conversation_id == conversation_id,
-                    Message.delivery_uncertain > 0,
-                )
-            )
+            total = await session.scalar(query)
         return int(total or 0)
 
     async def _update(self, message_id: int, **values: object) -> None:

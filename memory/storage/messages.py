@@ -225,10 +225,13 @@ class Messages:
             )
         return found or "webchat"
 
-    async def pending_deliveries(self, limit: int = 500) -> list[StoredMessage]:
+    async def pending_deliveries(
+        self, *, after_id: int = 0, limit: int = 500
+    ) -> list[StoredMessage]:
+        """Replies still to send, a page at a time by id."""
         query = (
             select(*MESSAGE_COLUMNS)
-            .where(Message.delivery == Delivery.PENDING)
+            .where(Message.delivery == Delivery.PENDING, Message.id > after_id)
             .order_by(Message.id)
             .limit(limit)
         )

@@ -34,8 +34,10 @@ class Repositories:
         *,
         count_tokens: Callable[[str], int],
         now: Callable[[], datetime],
+        holder: str | None = None,
     ) -> Repositories:
-        """`count_tokens` is stored with each message; `now` is the clock leases read."""
+        """`count_tokens` is stored with each message; `now` is the clock leases read;
+        `holder` names this process in leases (None: a name of its own)."""
         return cls(
             messages=Messages(sessions, count_tokens=count_tokens),
             conversations=Conversations(sessions),
@@ -43,5 +45,5 @@ class Repositories:
             pairings=Pairings(sessions),
             links=Links(sessions),
             deliveries=Deliveries(sessions),
-            leases=Leases(sessions, now),
+            leases=Leases(sessions, now, holder=holder),
         )

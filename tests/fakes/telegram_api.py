@@ -63,6 +63,10 @@ class FakeTelegram:
         self.calls: list[Call] = []
         self._failures: defaultdict[str, deque[TgFail | None]] = defaultdict(deque)
         self._updates: list[dict[str, Any]] = []
+        # Long polls open now, and polls refused because another was open (Telegram
+        # allows one at a time per bot).
+        self.polls_open = 0
+        self.conflicts = 0
         self._changed = asyncio.Condition()
         self._message_ids = itertools.count(1000)
         self._closing = False
@@ -175,6 +179,25 @@ class FakeTelegram:
         return _ok(message)
 
     async def _get_updates(self, params: dict[str, Any]) -> JSONResponse:
+        if self.polls_open:
+            # What Telegram answers a second bot instance polling at the same time.
+            self.conflicts += 1
+            return JSONResponse(
+                {
+                    "ok": False,
+                    "error_code": 409,
+                    "description": "Conflict: terminated by other getUpdates request; "
+                    "make sure that only one bot instance is running",
+                },
+                status_code=409,
+            )
+        self.polls_open += 1
+        try:
+            return await self._poll(params)
+        finally:
+            self.polls_open -= 1
+
+    async def _poll(self, params: dict[str, Any]) -> JSONResponse:
         offset = int(params.get("offset") or 0)
         timeout = float(params.get("timeout") or 0)
 

@@ -1,0 +1,89 @@
+"""What a running gateway counts, in Prometheus' text format at /metrics.
+
+Each app owns its registry (no process-global state: two apps in one test process
+count apart). Counters and histograms are fed where things happen; the gauges of
+stored state (archive backlog, parts in doubt) are read from the database per scrape.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Seconds: a turn is the model's time plus a few milliseconds of ours.
+TURN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+TOKEN_BUCKETS = (1_000, 2_500, 5_000, 10_000, 20_000, 40_000, 80_000, 160_000)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.inbound = Counter(
+            "parley_inbound_messages",
+            "Messages people sent, stored, by channel (redeliveries not counted).",
+            ["channel"],
+            registry=registry,
+        )
+        self.turns = Counter(
+            "parley_turns",
+            "Turns run, by what answered: the model, a command, or the model-down notice.",
+            ["answer"],
+            registry=registry,
+        )
+        self.turn_seconds = Histogram(
+            "parley_turn_seconds",
+            "From a turn's start to its reply stored.",
+            buckets=TURN_BUCKETS,
+            registry=registry,
+        )
+        self.model_seconds = Histogram(
+            "parley_model_seconds",
+            "Model calls of turns, from the request to the last piece of text.",
+            buckets=TURN_BUCKETS,
+            registry=registry,
+        )
+        self.live_window_tokens = Histogram(
+            "parley_live_window_tokens",
+            "Tokens in a conversation's live window after a turn.",
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
+        )
+        self.deliveries = Counter(
+            "parley_delivery_parts",
+            "Reply parts handed to platforms, by channel and outcome (sent, retried, failed).",
+            ["channel", "outcome"],
+            registry=registry,
+        )
+        self.turn_leases = Gauge(
+            "parley_turn_leases_held",
+            "Conversations this replica holds the turn lease of.",
+            registry=registry,
+        )
+        self.archive_chunks = Gauge(
+            "parley_archive_chunks",
+            "Archive chunks by status (pending and failed ones wait for a summary).",
+            ["status"],
+            registry=registry,
+        )
+        self.extraction_backlog = Gauge(
+            "parley_profile_extraction_backlog",
+            "Summarised chunks whose facts are not taken into a profile yet.",
+            registry=registry,
+        )
+        self.queue_lag = Gauge(
+            "parley_archive_lag_seconds",
+            "Age of the oldest chunk still waiting for its summary (0: none waits).",
+            registry=registry,
+        )
+        self.uncertain_parts = Gauge(
+            "parley_delivery_parts_in_doubt",
+            "Reply parts a crash left in doubt (sent or not, the platform never said).",
+            registry=registry,
+        )
+        self.facts_refused = Gauge(
+            "parley_profile_facts_refused",
+            "Facts the model offered without evidence of a typed message, refused.",
+            registry=registry,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
