@@ -384,3 +384,31 @@ async def test_one_replica_polls_and_another_takes_over_when_it_stops(
 
     assert fake.conflicts == 0
     assert len(llm.requests) == 2
+
+
+async def test_a_group_that_became_a_supergroup_keeps_its_conversation(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    old: dict[str, Any] = {"id": -4001, "type": "group", "title": "Family"}
+    new_id = -1009876543210
+    supergroup = tg.group_chat(new_id, "Family")
+    mention = f"@{tg.BOT_USERNAME} "
+    async with platform_gateway(database_url, tmp_path, llm) as p:
+        upgraded = tg.TgFail(
+            400,
+            "Bad Request: group chat was upgraded to a supergroup chat",
+            migrate_to_chat_id=new_id,
+        )
+        p.tg.fail("sendMessage", upgraded)
+        await p.telegram(tg.mention_update(5, mention + "hi", old, first_name="Ann"))
+        await p.tg.wait_until(lambda f: len(f.texts(new_id)) == 1)
+        # Later messages come from the supergroup's id: the same conversation.
+        await p.telegram(tg.mention_update(5, mention + "again", supergroup, first_name="Ann"))
+        await p.tg.wait_until(lambda f: len(f.texts(new_id)) == 2)
+        groups = [s for s in await p.sessions() if s["kind"] == "group"]
+
+    assert p.tg.texts(old["id"]) == []
+    assert len(groups) == 1
+    assert groups[0]["message_count"] == 4
+    # The second turn remembers the first.
+    assert any("hi" in str(m["content"]) for m in llm.requests[1]["messages"])

@@ -191,7 +191,7 @@ class TelegramConnector:
         try:
             sent = await self.bot.send_message(target, outbound.text, reply_parameters=reply)
         except TelegramError as exc:
-            raise self._delivery_error(target, exc) from None
+            raise await self._delivery_error(target, exc) from None
         return message_key(sent.chat.id, sent.message_id)
 
     async def notify(self, chat: ChatRef, text: str) -> None:
@@ -199,23 +199,25 @@ class TelegramConnector:
         try:
             await self.bot.send_message(target, text)
         except TelegramError as exc:
-            raise self._delivery_error(target, exc) from None
+            raise await self._delivery_error(target, exc) from None
 
     async def typing(self, chat: ChatRef) -> None:
         target = self._target(chat.group_id, chat.external_user_id)
         try:
             await self.bot.send_chat_action(target, ChatAction.TYPING)
         except TelegramError as exc:
-            raise self._delivery_error(target, exc) from None
+            raise await self._delivery_error(target, exc) from None
 
     def _target(self, group_id: str | None, user_id: str) -> int:
         target = int(group_id or user_id)
         return self._migrated.get(target, target)
 
-    def _delivery_error(self, target: int, exc: TelegramError) -> DeliveryError:
+    async def _delivery_error(self, target: int, exc: TelegramError) -> DeliveryError:
         if isinstance(exc, ChatMigrated):
-            # The next try goes to the supergroup's new id.
+            # The next try goes to the supergroup's new id, and so does the group's
+            # conversation: replies, typing and messages from the supergroup find it.
             self._migrated[target] = exc.new_chat_id
+            await self.core.group_moved(CHANNEL, str(target), str(exc.new_chat_id))
             return DeliveryError("the group became a supergroup; sending to its new id")
         return delivery_error(exc)
 

@@ -12,6 +12,8 @@ import uuid
 from contextlib import AbstractContextManager
 from datetime import timedelta
 
+import structlog
+
 from gateway.channels.leader import Leader, Step
 from gateway.channels.outbox import Outbox
 from gateway.channels.policy import AccessPolicy
@@ -27,6 +29,8 @@ from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage
 from memory.storage.models import Delivery, Role
 from memory.storage.repositories import Repositories
+
+log = structlog.get_logger(__name__)
 
 # How often a waiting request looks in the database for a reply another replica wrote.
 REPLY_POLL_SECONDS = 1.0
@@ -157,6 +161,10 @@ class Core:
         return await self._deliveries.receipt(
             channel, platform_id, status, error, now=self._clock.now()
         )
+
+    async def group_moved(self, channel: str, old_group_id: str, new_group_id: str) -> None:
+        if not await self._conversations.move_group(channel, old_group_id, new_group_id):
+            log.warning("a moved group kept its conversation", channel=channel)
 
     def singleton(self, name: str, start: Step, stop: Step) -> Leader:
         leader = Leader(self._leases, name, start, stop, ttl=self._leader_ttl)

@@ -113,6 +113,11 @@ class Gateway(Protocol):
         """A platform's delivery report on a message we sent; False if it is not ours."""
         ...
 
+    async def group_moved(self, channel: str, old_group_id: str, new_group_id: str) -> None:
+        """A group now has another id on its platform: its conversation (and the
+        replies still to send there) follows."""
+        ...
+
     def singleton(self, name: str, start: Step, stop: Step) -> Singleton:
         """Run `start` on exactly one replica at a time (`stop` when it stops leading):
         long polling, a gateway connection. Begins when made; `close()` it on stop."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.inserts import insert_or_skip
@@ -183,6 +183,25 @@ class Conversations:
         if found is None:
             raise LookupError(f"group conversation {channel}:{group_id} vanished")
         return found
+
+    async def move_group(self, channel: str, old_group_id: str, new_group_id: str) -> bool:
+        """The platform gave a group a new id (a Telegram group became a supergroup):
+        its conversation follows. False if it has none, or the new id has one already."""
+        async with self._sessions() as session:
+            taken = await session.scalar(
+                select(Conversation.id).where(
+                    Conversation.channel == channel, Conversation.group_id == new_group_id
+                )
+            )
+            if taken is not None:
+                return False
+            moved = await session.execute(
+                update(Conversation)
+                .where(Conversation.channel == channel, Conversation.group_id == old_group_id)
+                .values(group_id=new_group_id)
+            )
+            await session.commit()
+        return bool(moved.rowcount)  # type: ignore[attr-defined]
 
     async def group_of(self, conversation_id: uuid.UUID) -> str | None:
         """The platform group id of a group conversation; None for a personal one."""
