@@ -41,6 +41,7 @@ from memory.archive.archive import Archive
 from memory.profile.profiles import Profiles
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.files import private_dir, tighten
+from memory.storage.leases import Leases
 from memory.storage.repositories import Repositories
 from memory.storage.schema import SchemaOutOfDate
 from memory.storage.schema import prepare as prepare_schema
@@ -105,8 +106,13 @@ class Services:
             clock=clock,
         )
         metrics = Metrics()
+        # Turns and delivery lanes are leased only where replicas can share the
+        # database; an embedded SQLite file has one process, and a lease written per
+        # turn would cost it a third of its turn throughput at concurrency 8.
+        shared_leases = None if settings.is_sqlite else repos.leases
         connectors = enabled_connectors(settings)
-        outbox = Outbox(connectors, repos, _delivery_loop(settings, repos, clock, metrics))
+        delivery = _delivery_loop(settings, repos, clock, metrics, shared_leases)
+        outbox = Outbox(connectors, repos, delivery)
         hub, commands = Hub(), Commands()
         runner = TurnRunner(
             messages=repos.messages,
@@ -118,7 +124,7 @@ class Services:
             limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
             outbox=outbox,
             leases=ConversationLeases(
-                repos.leases, timedelta(seconds=settings.turn_lease_seconds), metrics
+                shared_leases, timedelta(seconds=settings.turn_lease_seconds), metrics
             ),
             commands=commands,
             memory=ArchiveMemory(
@@ -251,7 +257,11 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 
 def _delivery_loop(
-    settings: Settings, repos: Repositories, clock: Clock, metrics: Metrics
+    settings: Settings,
+    repos: Repositories,
+    clock: Clock,
+    metrics: Metrics,
+    lanes: Leases | None,
 ) -> DeliveryLoop:
     retry = RetryPolicy(
         settings.delivery_max_attempts,
@@ -264,7 +274,7 @@ def _delivery_loop(
         retry=retry,
         uncertain=settings.delivery_uncertain,
         metrics=metrics,
-        lanes=repos.leases,
+        lanes=lanes,
         lane_ttl=timedelta(seconds=settings.turn_lease_seconds),
     )
 

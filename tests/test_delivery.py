@@ -247,6 +247,9 @@ async def test_a_part_in_flight_at_a_crash_is_resent_or_skipped_by_policy_and_co
     assert "Reply parts in doubt after a restart: 1" in status
 
 
+@pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 async def test_a_replica_starting_mid_delivery_leaves_the_lane_to_its_worker(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:

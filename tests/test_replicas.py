@@ -2,7 +2,7 @@
 conversation passes to the other.
 
 Each replica is a whole gateway (its own app, turn runner and lease holder) on the
-same database, as two `parley serve` behind a load balancer would be.
+same Postgres database, as two `parley serve` behind a load balancer would be.
 """
 
 from __future__ import annotations
@@ -18,11 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.fakes.llm_server import FakeLLM, Hang, Reply
 from tests.support.harness import Gateway, make_settings, next_frame, running_gateway
 from tests.support.polling import eventually
 from tests.support.process import REPO, free_port, parley_env
+
+# Replicas share a database server; an embedded SQLite file is one process's alone.
+pytestmark = pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 
 
 @contextlib.asynccontextmanager

@@ -4,6 +4,9 @@ Within this process the lease is shared: the conversation's turn loop and a merg
 (linking) may both need it; the first claims it, the last releases it. Across
 processes it is exclusive, renewed while held, and it lapses by itself when its
 holder dies, so another replica can take the conversation over.
+
+Without `Leases` (an embedded SQLite database: one process by construction) every
+hold is granted at once and nothing is written: replicas need a database server.
 """
 
 from __future__ import annotations
@@ -38,20 +41,27 @@ class _Use:
 
 
 class ConversationLeases:
-    def __init__(self, leases: Leases, ttl: timedelta, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, leases: Leases | None, ttl: timedelta, metrics: Metrics | None = None
+    ) -> None:
         self._leases = leases
         self._ttl = ttl
         self._held = (metrics or Metrics()).turn_leases
         self._uses: dict[uuid.UUID, _Use] = {}
 
-    def held(self, conversation_id: uuid.UUID) -> Held:
+    def held(self, conversation_id: uuid.UUID) -> Held | None:
         """What a write checks to commit only while the lease is still ours."""
+        if self._leases is None:
+            return None
         return self._leases.held(lease_name(conversation_id))
 
     @contextlib.asynccontextmanager
     async def hold(self, conversation_id: uuid.UUID, *, wait: float = 0.0) -> AsyncIterator[bool]:
         """Yield whether this process holds the conversation, trying for up to `wait`
         seconds while another replica has it."""
+        if self._leases is None:
+            yield True
+            return
         use = self._uses.setdefault(conversation_id, _Use())
         use.users += 1
         try:
@@ -69,6 +79,7 @@ class ConversationLeases:
                 await self._let_go(conversation_id, use)
 
     async def _let_go(self, conversation_id: uuid.UUID, use: _Use) -> None:
+        assert self._leases is not None
         # Under the lock: one that comes meanwhile waits, then claims anew.
         async with use.ready:
             if use.users == 0 and use.renewer is not None:
@@ -89,6 +100,7 @@ class ConversationLeases:
                 self._uses.pop(conversation_id, None)
 
     async def _claim(self, conversation_id: uuid.UUID, wait: float) -> bool:
+        assert self._leases is not None
         name = lease_name(conversation_id)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait
@@ -99,6 +111,7 @@ class ConversationLeases:
         return True
 
     async def _renew(self, conversation_id: uuid.UUID) -> None:
+        assert self._leases is not None
         name = lease_name(conversation_id)
         while True:
             await asyncio.sleep(self._ttl.total_seconds() / 3)

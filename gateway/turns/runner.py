@@ -217,9 +217,12 @@ class TurnRunner:
                     await self._rounds(conversation_id)
                 # Released. A message stored on another replica while we held the lease
                 # found it taken: answering it is ours, unless that replica is faster.
+                # One stored here meanwhile has set `_again` (this loop was still
+                # registered), whatever the read below saw.
                 if self._closing or conversation_id in self._merged:
                     return
-                if not await self._conversations.owes_reply(conversation_id):
+                owed = await self._conversations.owes_reply(conversation_id)
+                if not owed and conversation_id not in self._again:
                     return
         except LeaseLost:
             log.warning(
