@@ -66,6 +66,7 @@ class Trap:
     """Holds the next model call of one of `kinds` open until the trap ends."""
 
     kinds: frozenset[str]
+    callers: frozenset[str] | None = None  # whose calls it may hold (None: anyone's)
     sprung: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     caller: str | None = None  # the child whose call it holds
@@ -83,7 +84,14 @@ class ModelScript:
         kind = request_kind(body)
         caller = CALLER.get()
         self.calls[f"{caller} {kind}"] += 1
-        trap = next((t for t in self._traps if kind in t.kinds and t.caller is None), None)
+        trap = next(
+            (
+                t
+                for t in self._traps
+                if kind in t.kinds and t.caller is None and caller in (t.callers or {caller})
+            ),
+            None,
+        )
         if trap is None:
             return Reply(_answer(kind, number))
         trap.caller = caller
@@ -91,9 +99,12 @@ class ModelScript:
         return Reply(_answer(kind, number), gate=trap.gate)
 
     @contextlib.asynccontextmanager
-    async def trap(self, kinds: Iterable[str]) -> AsyncIterator[Trap]:
-        """Arm a trap; on leaving, the held call (if any) is answered."""
-        trap = Trap(frozenset(kinds))
+    async def trap(
+        self, kinds: Iterable[str], callers: Iterable[str] | None = None
+    ) -> AsyncIterator[Trap]:
+        """Arm a trap (for calls of `callers` only, if given); on leaving, the held call
+        (if any) is answered."""
+        trap = Trap(frozenset(kinds), None if callers is None else frozenset(callers))
         self._traps.append(trap)
         try:
             yield trap

@@ -60,16 +60,21 @@ class Killer:
         # Late worker kills follow the last Redis outage (see FaultPlan).
         redis_done = asyncio.Event()
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._kill_serve(self.plan.rng("serve")))
+            serves = self.processes.serves
+            for index, serve in enumerate(serves):  # each replica on its own schedule
+                rng = self.plan.rng("serve" if len(serves) == 1 else f"serve{index}")
+                tasks.create_task(
+                    self._kill_serve(serve, rng, self.plan.serve_kills // len(serves))
+                )
             tasks.create_task(self._kill_workers(self.plan.rng("workers"), redis_done))
             tasks.create_task(self._kill_redis(self.plan.rng("redis"), redis_done))
 
-    async def _kill_serve(self, rng: random.Random) -> None:
-        plan, serve = self.plan, self.processes.serve
-        moments = plan.moments(rng, plan.serve_kills, plan.serve_window)
-        for moment, aimed in zip(moments, plan.aims(rng, plan.serve_kills), strict=True):
+    async def _kill_serve(self, serve: Child, rng: random.Random, count: int) -> None:
+        plan = self.plan
+        moments = plan.moments(rng, count, plan.serve_window)
+        for moment, aimed in zip(moments, plan.aims(rng, count), strict=True):
             await self._near(moment, rng)
-            kill = await self._kill(serve, ("chat",) if aimed else ())
+            kill = await self._kill(serve, ("chat",) if aimed else (), only_it=True)
             # Dead now: what Telegram took that it had not recorded will go out again.
             uncertain = await self._unrecorded_sends()
             known = {text for earlier in self.kills for text in earlier.uncertain_sends}
@@ -111,13 +116,15 @@ class Killer:
         await self.traffic.progress.reached(moment)
         await asyncio.sleep(rng.uniform(*self.plan.kill_delay))  # a random moment near it
 
-    async def _kill(self, default: Child, kinds: tuple[str, ...]) -> Kill:
-        """Kill `default`; or, aimed (`kinds` given), whichever child makes the next model
-        call of `kinds`, while that call is held open (if none comes, `default`)."""
+    async def _kill(self, default: Child, kinds: tuple[str, ...], *, only_it: bool = False) -> Kill:
+        """Kill `default`; or, aimed (`kinds` given), whichever child (`default` only, with
+        `only_it`) makes the next model call of `kinds`, while that call is held open (if
+        none comes, `default`)."""
         if not kinds:
             await default.kill()
             return self._kill_of(default.name)
-        async with self.script.trap(kinds) as trap:
+        callers = [default.name] if only_it else None
+        async with self.script.trap(kinds, callers) as trap:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.plan.trap_seconds):
                     await trap.sprung.wait()

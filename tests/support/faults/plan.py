@@ -25,7 +25,8 @@ class FaultPlan:
     words_per_message: int = 55
     message_gap: tuple[float, float] = (0.1, 0.8)
     workers: int = 2
-    serve_kills: int = 22
+    replicas: int = 1  # `parley serve` processes behind the traffic's "load balancer"
+    serve_kills: int = 22  # of all replicas together, the same number each
     serve_window: tuple[float, float] = (0.03, 0.85)
     worker_kills: int = 8  # during the traffic
     worker_window: tuple[float, float] = (0.05, 0.85)

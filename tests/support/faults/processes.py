@@ -200,16 +200,17 @@ class Child:
 
 
 class Processes:
-    """Redis, `parley serve` and the workers, as the driver kills and restarts them."""
+    """Redis, the `parley serve` replicas and the workers, as the driver kills and
+    restarts them."""
 
-    def __init__(self, redis: RedisServer, serve: Child, workers: list[Child]) -> None:
+    def __init__(self, redis: RedisServer, serves: list[Child], workers: list[Child]) -> None:
         self.redis = redis
-        self.serve = serve
+        self.serves = serves
         self.workers = workers
 
     @property
     def children(self) -> list[Child]:
-        return [self.serve, *self.workers]
+        return [*self.serves, *self.workers]
 
     def named(self, name: str | None) -> Child | None:
         return next((c for c in self.children if c.name == name), None)

@@ -46,7 +46,7 @@ class Rig:
     telegram: FakeTelegram
     engine: AsyncEngine
     limits: MemoryLimits
-    http: httpx.AsyncClient  # to `parley serve`
+    gateways: list[httpx.AsyncClient]  # one to each `parley serve`
     sent: list[Inbound] = field(default_factory=list)
     kills: list[Kill] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
@@ -54,7 +54,7 @@ class Rig:
 
     async def drive(self) -> None:
         """Send all traffic while killing serve, the workers and Redis."""
-        traffic = Traffic(self.http, self.plan)
+        traffic = Traffic(self.gateways, self.plan)
         killer = Killer(
             plan=self.plan,
             stopwatch=self.stopwatch,
@@ -135,7 +135,7 @@ async def fault_rig(database_url: str, directory: Path, plan: FaultPlan) -> Asyn
     script = ModelScript()
     data_dir = directory / "data"
     data_dir.mkdir()
-    port = free_port()
+    ports = [free_port() for _ in range(plan.replicas)]
     async with contextlib.AsyncExitStack() as stack:
         engine = create_engine(database_url)
         stack.push_async_callback(engine.dispose)
@@ -148,13 +148,13 @@ async def fault_rig(database_url: str, directory: Path, plan: FaultPlan) -> Asyn
             data_dir=data_dir,
             database_url=database_url,
             redis_url=redis.url,
-            port=port,
+            port=ports[0],
             telegram=telegram,
         )
-        url = f"http://127.0.0.1:{port}"
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
 
-        def child(name: str, command: str, health_url: str | None = None) -> Child:
-            env = parley_env(**values, llm_base_url=model_url(llm, name))
+        def child(name: str, command: str, health_url: str | None = None, **own: str) -> Child:
+            env = parley_env(**(values | own), llm_base_url=model_url(llm, name))
             env["PYTHONPATH"] = str(REPO)  # the code beside these tests, whatever is installed
             made = Child(
                 name, command, env=env, cwd=directory, stopwatch=stopwatch, health_url=health_url
@@ -162,9 +162,21 @@ async def fault_rig(database_url: str, directory: Path, plan: FaultPlan) -> Asyn
             stack.push_async_callback(made.close)
             return made
 
-        serve = child("serve", "serve", f"{url}/healthz")
+        serves = [
+            child(
+                "serve" if plan.replicas == 1 else f"serve{i}",
+                "serve",
+                f"{url}/healthz",
+                port=str(port),
+                data_dir=str(data_dir / f"serve{i}"),
+            )
+            for i, (port, url) in enumerate(zip(ports, urls, strict=True))
+        ]
         workers = [child(f"worker{i}", "worker") for i in range(plan.workers)]
-        processes = Processes(redis, serve, workers)
+        processes = Processes(redis, serves, workers)
         await processes.start_dead()
-        http = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=15))
-        yield Rig(plan, stopwatch, processes, script, telegram, engine, limits_of(values), http)
+        gateways = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=15))
+            for url in urls
+        ]
+        yield Rig(plan, stopwatch, processes, script, telegram, engine, limits_of(values), gateways)

@@ -47,6 +47,8 @@ def child_settings(
         "rollup_batch": 2,
         "sweep_interval_seconds": 1,
         "job_lease_seconds": 2,
+        # A killed replica's conversations, chats and polling pass to another this soon.
+        "turn_lease_seconds": 3,
         "archive_retry_base_seconds": 0.5,
         "archive_retry_max_seconds": 2,
         "delivery_retry_base_seconds": 0.1,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -62,8 +62,9 @@ class Progress:
 
 
 class Traffic:
-    def __init__(self, http: httpx.AsyncClient, plan: FaultPlan) -> None:
-        self._http = http
+    def __init__(self, gateways: Sequence[httpx.AsyncClient], plan: FaultPlan) -> None:
+        # As behind a load balancer: each attempt goes to the next replica.
+        self._gateways = gateways
         self._plan = plan
         self.sent: list[Inbound] = []
         self.progress = Progress()  # messages done: acknowledged, or given up on
@@ -151,11 +152,13 @@ class Traffic:
         """POST until acknowledged: connection errors and other statuses are retried after
         a short backoff, for `ack_seconds`. (The response or None, attempts)."""
         deadline = asyncio.get_running_loop().time() + self._plan.ack_seconds
+        first = rng.randrange(len(self._gateways))
         attempts = 0
         while True:
+            http = self._gateways[(first + attempts) % len(self._gateways)]
             attempts += 1
             try:
-                response = await self._http.post(path, json=body, headers=headers)
+                response = await http.post(path, json=body, headers=headers)
                 if response.status_code in ACCEPTED[path]:
                     return response, attempts
             except httpx.TransportError:
