@@ -33,10 +33,6 @@ class Leader:
         self._leading = False
         self._task: asyncio.Task[None] | None = None
 
-    @property
-    def leading(self) -> bool:
-        return self._leading
-
     def begin(self) -> None:
         self._task = asyncio.create_task(self._run(), name=self._name)
 

@@ -59,27 +59,26 @@ class ConversationLeases:
     async def hold(self, conversation_id: uuid.UUID, *, wait: float = 0.0) -> AsyncIterator[bool]:
         """Yield whether this process holds the conversation, trying for up to `wait`
         seconds while another replica has it."""
-        if self._leases is None:
+        leases = self._leases
+        if leases is None:
             yield True
             return
+        name = lease_name(conversation_id)
         use = self._uses.setdefault(conversation_id, _Use())
         use.users += 1
         try:
             async with use.ready:
-                mine = use.renewer is not None or await self._claim(conversation_id, wait)
+                mine = use.renewer is not None or await self._claim(leases, name, wait)
                 if mine and use.renewer is None:
                     self._held.inc()
-                    use.renewer = asyncio.create_task(
-                        self._renew(conversation_id), name=f"lease:{conversation_id}"
-                    )
+                    use.renewer = asyncio.create_task(self._renew(leases, name), name=name)
             yield mine
         finally:
             use.users -= 1
             if use.users == 0:
-                await self._let_go(conversation_id, use)
+                await self._let_go(leases, conversation_id, use)
 
-    async def _let_go(self, conversation_id: uuid.UUID, use: _Use) -> None:
-        assert self._leases is not None
+    async def _let_go(self, leases: Leases, conversation_id: uuid.UUID, use: _Use) -> None:
         # Under the lock: one that comes meanwhile waits, then claims anew.
         async with use.ready:
             if use.users == 0 and use.renewer is not None:
@@ -89,7 +88,7 @@ class ConversationLeases:
                 use.renewer = None
                 self._held.dec()
                 try:
-                    await self._leases.release(lease_name(conversation_id))
+                    await leases.release(lease_name(conversation_id))
                 except Exception as exc:  # unreleased, it lapses within its ttl
                     log.warning(
                         "could not release a lease",
@@ -99,24 +98,20 @@ class ConversationLeases:
             if use.users == 0:
                 self._uses.pop(conversation_id, None)
 
-    async def _claim(self, conversation_id: uuid.UUID, wait: float) -> bool:
-        assert self._leases is not None
-        name = lease_name(conversation_id)
+    async def _claim(self, leases: Leases, name: str, wait: float) -> bool:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait
-        while not await self._leases.claim(name, self._ttl):
+        while not await leases.claim(name, self._ttl):
             if loop.time() >= give_up:
                 return False
             await asyncio.sleep(RETRY_SECONDS)
         return True
 
-    async def _renew(self, conversation_id: uuid.UUID) -> None:
-        assert self._leases is not None
-        name = lease_name(conversation_id)
+    async def _renew(self, leases: Leases, name: str) -> None:
         while True:
             await asyncio.sleep(self._ttl.total_seconds() / 3)
             try:
-                if not await self._leases.claim(name, self._ttl):
+                if not await leases.claim(name, self._ttl):
                     # Lapsed and taken (this process stalled): the write check refuses
                     # the reply; the new holder answers.
                     log.warning("lost a conversation's lease", lease=name)
