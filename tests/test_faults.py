@@ -85,6 +85,8 @@ def _assert_nothing_lost_doubled_or_unanswered(report: Report, rig: Rig) -> None
         "roll-ups due but not done": report.archive.rollups_due,
         "replies never sent": report.sends.never_sent,
         "replies not recorded as sent": report.sends.not_recorded,
+        # A send Telegram took just before a kill, that the gateway had not recorded, goes
+        # out again; a reply may go out once more per such kill, and no other way.
         "duplicate sends no kill explains": report.unexplained_duplicate_sends,
         "processes that died unkilled": report.unexpected_exits,
         "processes that failed to start": report.failed_starts,
@@ -95,6 +97,3 @@ def _assert_nothing_lost_doubled_or_unanswered(report: Report, rig: Rig) -> None
     assert not found, "\n".join(
         f"{name} ({len(items)}): {items[:10]}" for name, items in found.items()
     )
-    # Goal: 0. Sends Telegram took just before a kill, and the gateway had not recorded,
-    # go out again (at least once); no other reply may be sent twice.
-    assert sum(report.sends.duplicates.values()) <= len(report.uncertain_sends)

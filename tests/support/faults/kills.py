@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -55,6 +56,7 @@ class Killer:
     telegram: FakeTelegram
     engine: AsyncEngine
     kills: list[Kill] = field(default_factory=list)
+    taken: Counter[str] = field(default_factory=Counter)  # by text, at the last serve kill
 
     async def run(self) -> None:
         # Late worker kills follow the last Redis outage (see FaultPlan).
@@ -77,8 +79,7 @@ class Killer:
             kill = await self._kill(serve, ("chat",) if aimed else (), only_it=True)
             # Dead now: what Telegram took that it had not recorded will go out again.
             uncertain = await self._unrecorded_sends()
-            known = {text for earlier in self.kills for text in earlier.uncertain_sends}
-            self.kills.append(replace(kill, uncertain_sends=tuple(sorted(uncertain - known))))
+            self.kills.append(replace(kill, uncertain_sends=tuple(sorted(uncertain))))
             await serve.start()
 
     async def _kill_workers(self, rng: random.Random, redis_done: asyncio.Event) -> None:
@@ -146,7 +147,9 @@ class Killer:
         return Kill(self.stopwatch(), self.traffic.progress.count, target, aimed, landed)
 
     async def _unrecorded_sends(self) -> set[str]:
-        """Reply texts Telegram took that the (dead) gateway had not recorded as sent."""
+        """Reply texts Telegram took since the last serve kill that the (dead) gateway had
+        not recorded as sent. A reply may be taken again after each kill, so one reply can
+        be uncertain at several kills."""
         telegram = self.telegram
 
         async def in_flight() -> int:  # sends the fake is still answering
@@ -155,7 +158,10 @@ class Killer:
         with contextlib.suppress(TimeoutError):
             await eventually(in_flight, until=lambda n: n == 0, seconds=2)
         snap = await snapshot(self.engine)  # final: the gateway is dead
-        return unrecorded_sends(telegram.texts(), snap)  # read after: nothing is missed
+        taken = Counter(telegram.texts())  # read after: nothing is missed
+        again = [text for text, n in taken.items() if n > self.taken[text]]
+        self.taken = taken
+        return unrecorded_sends(again, snap)
 
 
 def _turns_and_summaries_done(snap: Snapshot) -> bool:

@@ -29,17 +29,17 @@ class Report:
     model_calls: Counter[str]
 
     @property
-    def uncertain_sends(self) -> set[str]:
+    def uncertain_sends(self) -> Counter[str]:
         """Reply texts Telegram took just before a gateway kill, and the gateway had not
-        recorded: these may go out twice."""
-        return {text for kill in self.kills for text in kill.uncertain_sends}
+        recorded, by the number of such kills: each may send the reply once more."""
+        return Counter(text for kill in self.kills for text in kill.uncertain_sends)
 
     @property
     def unexplained_duplicate_sends(self) -> list[str]:
         return [
             f"{text!r} sent {1 + extra}x"
             for text, extra in self.sends.duplicates.items()
-            if text not in self.uncertain_sends
+            if extra > self.uncertain_sends[text]
         ]
 
     def kills_of(self, target: str) -> list[Kill]:
@@ -68,7 +68,7 @@ class Report:
                 *lines,
                 "  timeline: " + " ".join(k.brief() for k in self.kills),
                 f"  kills inside a send (Telegram took a part, not recorded): {len(in_window)}, "
-                f"{len(self.uncertain_sends)} parts",
+                f"{self.uncertain_sends.total()} parts",
                 f"  Telegram replies {self.sends.replies}, sends {self.sends.sends}, "
                 f"duplicate sends {sum(self.sends.duplicates.values())}, "
                 f"unexplained by a kill {len(self.unexplained_duplicate_sends)}",
