@@ -109,6 +109,33 @@ async def test_messages_sent_during_a_turn_are_answered_together(
     ]
 
 
+async def test_a_command_in_a_burst_splits_it_and_every_part_is_answered(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    # The burst arrives during one turn; nothing arrives after it. Each later step must
+    # know from what it read that more is owed: no new message wakes the loop, and the
+    # sweep that would answer what a loop left behind is out of reach.
+    gate = asyncio.Event()
+    llm.script(Reply("first answer", gate=gate), Reply("answer to two"), Reply("answer to four"))
+    settings = make_settings(database_url, tmp_path, llm, sweep_interval_seconds=3600)
+    async with running_gateway(settings) as gw, asyncio.timeout(30):
+        token, _ = await gw.visitor()
+        first = asyncio.create_task(gw.send(token, "first"))
+        await llm.wait_for_requests(1)
+        burst = []
+        for text in ("two", "/status", "four"):  # in this order
+            burst.append(asyncio.create_task(gw.send(token, text)))
+            await _wait_for_user_messages(gw, token, 1 + len(burst))
+        gate.set()
+        responses = [await first] + [await task for task in burst]
+
+    replies = [r.json()["reply"] for r in responses]
+    assert [r["text"] for r in replies[:2]] == ["first answer", "answer to two"]
+    assert replies[2]["role"] == "event"  # /status, answered by the gateway
+    assert replies[3]["text"] == "answer to four"
+    assert len(llm.requests) == 3
+
+
 async def test_concurrent_messages_get_ordered_turns_that_never_overlap(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:

@@ -49,6 +49,11 @@ class ConversationLeases:
         self._held = (metrics or Metrics()).turn_leases
         self._uses: dict[uuid.UUID, _Use] = {}
 
+    @property
+    def across_processes(self) -> bool:
+        """Whether another process may store messages into a conversation we hold."""
+        return self._leases is not None
+
     def held(self, conversation_id: uuid.UUID) -> Held | None:
         """What a write checks to commit only while the lease is still ours."""
         if self._leases is None:

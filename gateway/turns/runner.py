@@ -221,8 +221,7 @@ class TurnRunner:
                 # registered), whatever the read below saw.
                 if self._closing or conversation_id in self._merged:
                     return
-                owed = await self._conversations.owes_reply(conversation_id)
-                if not owed and conversation_id not in self._again:
+                if not await self._owed(conversation_id):
                     return
         except LeaseLost:
             log.warning(
@@ -237,15 +236,13 @@ class TurnRunner:
 
     async def _rounds(self, conversation_id: uuid.UUID) -> None:
         # A loop starts because a message arrived: the first round goes straight to the
-        # turn. Later rounds first ask one small question: is anything unanswered? A
-        # message stored meanwhile has set `_again` (the loop was still registered).
+        # turn, and so does a round after a step that left messages it read unanswered.
+        # Other rounds first ask whether anything came in meanwhile.
         known_owed = True
         while not self._closing and conversation_id not in self._merged:
-            self._again.discard(conversation_id)
-            if not known_owed and not await self._conversations.owes_reply(conversation_id):
-                if conversation_id in self._again:
-                    continue
+            if not known_owed and not await self._owed(conversation_id):
                 return
+            self._again.discard(conversation_id)
             async with self._step_lock(conversation_id):
                 context = await self._memory.before_turn(conversation_id)
                 state = await self._conversations.load_turn(conversation_id)
@@ -254,15 +251,24 @@ class TurnRunner:
                         return  # owed, yet nothing to answer: a merge answered it
                     known_owed = False
                     continue
-                known_owed = False
-                await self._step(state, context)
+                known_owed = await self._step(state, context)
 
-    async def _step(self, state: TurnState, context: TurnContext) -> None:
-        """Answer the first command, or every message before the first command."""
+    async def _owed(self, conversation_id: uuid.UUID) -> bool:
+        """Whether a message may be unanswered since the loop last looked. One stored
+        in this process has set `_again` (the loop was still registered); only where
+        other processes store messages too must the database be asked."""
+        if not self._leases.across_processes:
+            return conversation_id in self._again
+        owed = await self._conversations.owes_reply(conversation_id)
+        return owed or conversation_id in self._again  # read after: none missed meanwhile
+
+    async def _step(self, state: TurnState, context: TurnContext) -> bool:
+        """Answer the first command, or every message before the first command; True if
+        messages the step read are left unanswered."""
         invocations = [self._commands.parse(m) for m in state.unanswered]
         if invocations[0] is not None:
             await self._run_command(state, invocations[0])
-            return
+            return len(invocations) > 1
         count = next((i for i, inv in enumerate(invocations) if inv is not None), len(invocations))
         answered = state.unanswered[:count]
         upto = answered[-1].seq
@@ -279,6 +285,7 @@ class TurnRunner:
         self._metrics.turn_seconds.observe(time.monotonic() - started)
         self._metrics.live_window_tokens.observe(live_tokens)
         await self._memory.after_turn(state.conversation_id, live_tokens)
+        return count < len(invocations)
 
     async def _run_command(self, state: TurnState, invocation: Invocation) -> None:
         answer = await self._command(invocation)
