@@ -146,6 +146,7 @@ class Services:
             outbox=outbox,
             metrics=metrics,
             leader_ttl=timedelta(seconds=settings.turn_lease_seconds),
+            replicas=shared_leases is not None,
         )
         return cls(
             settings=settings,

@@ -20,10 +20,13 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.channels.core import REPLY_POLL_SECONDS
 from tests.fakes.llm_server import FakeLLM, Hang, Reply
+from tests.support.faults.processes import RedisServer, Stopwatch
 from tests.support.harness import Gateway, make_settings, next_frame, running_gateway
 from tests.support.polling import eventually
 from tests.support.process import REPO, free_port, parley_env
+from tests.support.redis import fresh_redis
 
 # Replicas share a database server; an embedded SQLite file is one process's alone.
 pytestmark = pytest.mark.parametrize(
@@ -96,12 +99,19 @@ async def test_a_burst_across_replicas_is_answered_by_one_following_turn(
     assert replies == ["to the burst"] * 3
 
 
+@pytest.mark.parametrize("link", ["redis", "none"])
 async def test_a_post_on_one_replica_gets_the_reply_written_on_the_other(
-    database_url: str, tmp_path: Path, llm: FakeLLM
+    database_url: str, tmp_path: Path, llm: FakeLLM, link: str
 ) -> None:
+    # With Redis the reply's event wakes the waiting request; without, it looks in the
+    # database every REPLY_POLL_SECONDS.
+    extra = {"redis_url": await fresh_redis()} if link == "redis" else {}
     gate = asyncio.Event()
     llm.script(Reply("busy", gate=gate), Reply("for b's caller"))
-    async with replicas(database_url, tmp_path, llm) as (a, b):
+    async with replicas(database_url, tmp_path, llm, **extra) as (a, b):
+        if link == "redis":
+            assert b.services.fanout is not None
+            await asyncio.wait_for(b.services.fanout.listening.wait(), 10)
         token, _ = await a.visitor()
         first = asyncio.create_task(a.send(token, "keeps a busy"))
         await llm.wait_for_requests(1)
@@ -109,10 +119,14 @@ async def test_a_post_on_one_replica_gets_the_reply_written_on_the_other(
         await eventually(lambda: b.history(token), until=lambda h: len(h) == 2)
         gate.set()  # a's turn ends, and a answers b's caller's message too
         await first
+        await eventually(lambda: a.history(token), until=lambda h: len(h) == 4)
+        replied = asyncio.get_running_loop().time()
         answer = await on_b
+        waited = asyncio.get_running_loop().time() - replied
 
     assert answer.status_code == 200
     assert answer.json()["reply"]["text"] == "for b's caller"
+    assert waited < (1.0 if link == "redis" else REPLY_POLL_SECONDS + 1.0)
 
 
 async def test_a_replica_killed_mid_turn_leaves_the_conversation_to_the_other(
@@ -204,3 +218,35 @@ async def test_a_socket_on_one_replica_streams_a_turn_run_on_the_other(
     deltas = "".join(f["text"] for f in frames if f["type"] == "delta")
     assert deltas == "streamed across replicas"
     assert (frames[-1]["seq"], frames[-1]["text"]) == (2, "streamed across replicas")
+
+
+async def test_a_socket_catches_up_on_what_a_redis_outage_dropped(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Reply("before the outage"), Reply("during the outage"))
+    redis = RedisServer(tmp_path, Stopwatch())  # a private Redis, to stop and start again
+    await redis.start()
+    try:
+        async with replicas(database_url, tmp_path, llm, redis_url=redis.url) as (a, b):
+            fanout = b.services.fanout
+            assert fanout is not None
+            await asyncio.wait_for(fanout.listening.wait(), 10)
+            token, _ = await a.visitor()
+            async with b.socket(token) as websocket, asyncio.timeout(60):
+                await websocket.send(json.dumps({"type": "resume", "after_seq": 0}))
+                await a.send(token, "one")
+                assert [(await next_frame(websocket, "message"))["seq"] for _ in "12"] == [1, 2]
+                await redis.kill()
+                await eventually(lambda: _is_set(fanout.listening), until=lambda s: not s)
+                answer = await a.send(token, "two")  # its events to b are dropped
+                assert answer.json()["reply"]["seq"] == 4
+                await redis.start()
+                caught_up = [await next_frame(websocket, "message") for _ in "34"]
+    finally:
+        await redis.kill()
+
+    assert [(f["seq"], f["text"]) for f in caught_up] == [(3, "two"), (4, "during the outage")]
+
+
+async def _is_set(event: asyncio.Event) -> bool:
+    return event.is_set()

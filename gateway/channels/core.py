@@ -23,7 +23,7 @@ from gateway.errors import AccessRefused
 from gateway.messages import ChatRef, Inbound
 from gateway.metrics import Metrics
 from gateway.text import clean_inbound
-from gateway.turns.hub import Event, Hub
+from gateway.turns.hub import Event, Hub, Overflow, Stored
 from gateway.turns.runner import TurnRunner
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage
@@ -32,8 +32,9 @@ from memory.storage.repositories import Repositories
 
 log = structlog.get_logger(__name__)
 
-# How often a waiting request looks in the database for a reply another replica wrote.
-REPLY_POLL_SECONDS = 1.0
+# How often a waiting request looks in the database for a reply another replica wrote,
+# should the event announcing it be lost (Redis down, or not configured).
+REPLY_POLL_SECONDS = 5.0
 
 
 class Core:
@@ -51,7 +52,9 @@ class Core:
         outbox: Outbox,
         metrics: Metrics,
         leader_ttl: timedelta,
+        replicas: bool,
     ) -> None:
+        """`replicas`: other processes may answer this one's conversations."""
         self._metrics = metrics
         self._messages = repos.messages
         self._conversations = repos.conversations
@@ -59,6 +62,7 @@ class Core:
         self._deliveries = repos.deliveries
         self._leases = repos.leases
         self._leader_ttl = leader_ttl
+        self._reply_poll_seconds = REPLY_POLL_SECONDS if replicas else None
         self.hub = hub
         self._clock = clock
         self._default_timezone = default_timezone
@@ -118,33 +122,51 @@ class Core:
         return Received(message, ref, created)
 
     async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:
-        """The reply to a received message, waiting up to `wait_seconds` for its turn."""
+        """The reply to a received message, waiting up to `wait_seconds` for its turn,
+        wherever it runs: here (the runner resolves a future) or on another replica (its
+        reply arrives as an event, or, should events be lost, by looking now and then)."""
         message = received.message
-        conversation_id = message.conversation_id
-        future = self._runner.reply_future(conversation_id, message.seq)
-        loop = asyncio.get_running_loop()
-        end = loop.time() + wait_seconds
+        conversation_id, seq = message.conversation_id, message.seq
+        future = self._runner.reply_future(conversation_id, seq)
         try:
-            # A message stored just now cannot have its turn finished: `receive` only
-            # scheduled it. A redelivered one may have been answered long ago; that is
-            # checked after registering, so a turn ending in between is not missed.
-            if not received.created:
-                stored = await self._messages.reply_for(conversation_id, message.seq)
-                if stored is not None:
-                    return stored
-            while (left := end - loop.time()) > 0:
-                try:
-                    return await asyncio.wait_for(
-                        asyncio.shield(future), min(left, REPLY_POLL_SECONDS)
-                    )
-                except TimeoutError:
-                    # The turn may be running on another replica: its reply is stored.
-                    stored = await self._messages.reply_for(conversation_id, message.seq)
+            with self.hub.subscribe(conversation_id) as events:
+                # A message stored just now cannot have its turn finished: `receive`
+                # only scheduled it. A redelivered one may have been answered long ago;
+                # that is read after subscribing, so a turn ending in between is seen.
+                if not received.created:
+                    stored = await self._messages.reply_for(conversation_id, seq)
                     if stored is not None:
                         return stored
+                async with asyncio.timeout(wait_seconds):
+                    while True:
+                        event = await self._next(future, events)
+                        if isinstance(event, StoredMessage):
+                            return event
+                        if _may_answer(event, seq):
+                            stored = await self._messages.reply_for(conversation_id, seq)
+                            if stored is not None:
+                                return stored
+        except TimeoutError:
             return None
         finally:
             self._runner.forget_future(conversation_id, future)
+
+    async def _next(
+        self, future: asyncio.Future[StoredMessage], events: asyncio.Queue[Event]
+    ) -> StoredMessage | Event | None:
+        """This replica's reply, the next event, or None when it is time to look anyway."""
+        getting = asyncio.ensure_future(events.get())
+        try:
+            done, _ = await asyncio.wait(
+                (future, getting),
+                timeout=self._reply_poll_seconds,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            getting.cancel()
+        if future in done:
+            return future.result()
+        return getting.result() if getting in done else None
 
     async def history(
         self, conversation_id: uuid.UUID, after_seq: int, limit: int
@@ -180,6 +202,14 @@ class Core:
             for conversation_id in page:
                 self._runner.request(conversation_id)
             after = page[-1]
+
+
+def _may_answer(event: StoredMessage | Event | None, seq: int) -> bool:
+    """Whether the reply to `seq` may be in the database now: another replica stored
+    it, events were lost, or it is time to look anyway (None)."""
+    if isinstance(event, Stored):
+        return event.answers is not None and event.answers >= seq
+    return event is None or isinstance(event, Overflow)
 
 
 def _chat(inbound: Inbound) -> ChatRef:

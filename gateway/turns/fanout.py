@@ -106,7 +106,7 @@ class RedisFanout:
             event: Event = (
                 DeltaEvent(conversation_id, str(item["delta"]))
                 if "delta" in item
-                else Stored(conversation_id, int(item["seq"]))
+                else Stored(conversation_id, int(item["seq"]), _optional_int(item.get("answers")))
             )
         except (ValueError, KeyError, TypeError):
             log.warning("ignored an event that is not Parley's")
@@ -120,9 +120,14 @@ def _encode(conversation_id: uuid.UUID, event: Event, origin: str) -> str | None
         item["delta"] = event.text
     elif isinstance(event, MessageEvent):
         item["seq"] = event.message.seq
+        item["answers"] = event.message.reply_to_seq
     else:
         return None  # local bookkeeping (overflow) stays local
     return json.dumps(item)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @contextlib.asynccontextmanager

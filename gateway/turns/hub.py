@@ -32,10 +32,12 @@ class DeltaEvent:
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """Another replica stored message `seq`: read it from the database."""
+    """Another replica stored message `seq` (a reply to user messages up to `answers`):
+    read it from the database."""
 
     conversation_id: uuid.UUID
     seq: int
+    answers: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
