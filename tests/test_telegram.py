@@ -412,3 +412,30 @@ async def test_a_group_that_became_a_supergroup_keeps_its_conversation(
     assert groups[0]["message_count"] == 4
     # The second turn remembers the first.
     assert any("hi" in str(m["content"]) for m in llm.requests[1]["messages"])
+
+
+async def test_the_service_messages_of_a_supergroup_upgrade_move_the_conversation(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    old: dict[str, Any] = {"id": -4002, "type": "group", "title": "Family"}
+    new_id = -1005556667770
+    supergroup = tg.group_chat(new_id, "Family")
+    mention = f"@{tg.BOT_USERNAME} "
+    # Telegram's pair, as in the Bot API: one in the old group, one in the new.
+    to_new = tg.text_update(5, "", chat=old, first_name="Ann", migrate_to_chat_id=new_id)
+    from_old = tg.text_update(5, "", chat=supergroup, migrate_from_chat_id=old["id"])
+    for update in (to_new, from_old):
+        del update["message"]["text"]
+    async with platform_gateway(database_url, tmp_path, llm) as p:
+        await p.telegram(tg.mention_update(5, mention + "hi", old, first_name="Ann"))
+        await p.tg.wait_until(lambda f: len(f.texts(old["id"])) == 1)
+        for update in (to_new, from_old, to_new):  # each may come twice
+            assert (await p.telegram(update)).status_code == 200
+        # No send failed: the move was learned from the service messages alone.
+        await p.telegram(tg.mention_update(5, mention + "again", supergroup, first_name="Ann"))
+        await p.tg.wait_until(lambda f: len(f.texts(new_id)) == 1)
+        groups = [s for s in await p.sessions() if s["kind"] == "group"]
+
+    assert len(groups) == 1
+    assert groups[0]["message_count"] == 4
+    assert any("hi" in str(m["content"]) for m in llm.requests[1]["messages"])

@@ -27,6 +27,7 @@ from connectors.telegram.normalize import (
     BotUser,
     is_group,
     message_key,
+    migration,
     normalize,
 )
 from connectors.telegram.polling import Poller
@@ -149,11 +150,14 @@ class TelegramConnector:
         """Hand an update's message to the core; returns once it is committed."""
         me = await self._bot_user() if is_group(update) else self._me
         try:
-            inbound = normalize(update, me)
+            moved = migration(update)
+            inbound = None if moved else normalize(update, me)
         except (TypeError, AttributeError, ValueError, KeyError, OverflowError) as exc:
             # PTB builds objects from any JSON without checking types; what
             # `normalize` cannot read is not an update we understand.
             raise InputError(f"not a Telegram update ({type(exc).__name__})") from None
+        if moved is not None:
+            await self._group_moved(*moved)
         if inbound is None:
             return
         with contextlib.suppress(AccessRefused):  # the core has answered the person
@@ -214,12 +218,15 @@ class TelegramConnector:
 
     async def _delivery_error(self, target: int, exc: TelegramError) -> DeliveryError:
         if isinstance(exc, ChatMigrated):
-            # The next try goes to the supergroup's new id, and so does the group's
-            # conversation: replies, typing and messages from the supergroup find it.
-            self._migrated[target] = exc.new_chat_id
-            await self.core.group_moved(CHANNEL, str(target), str(exc.new_chat_id))
+            await self._group_moved(target, exc.new_chat_id)
             return DeliveryError("the group became a supergroup; sending to its new id")
         return delivery_error(exc)
+
+    async def _group_moved(self, old: int, new: int) -> None:
+        """A group became a supergroup: sends still addressed to its old id go to the
+        new one, and so does the group's conversation (stored, for every replica)."""
+        self._migrated[old] = new
+        await self.core.group_moved(CHANNEL, str(old), str(new))
 
 
 def _router(connector: TelegramConnector) -> APIRouter:

@@ -69,6 +69,21 @@ def chat_id(update: Update) -> int | None:
     return None if message is None else message.chat.id
 
 
+def migration(update: Update) -> tuple[int, int] | None:
+    """(old id, new id) if the update's message says a group became a supergroup: a
+    service message in the old group (`migrate_to_chat_id`) and one in the new
+    (`migrate_from_chat_id`) each say so."""
+    message = update.message
+    if message is None:
+        return None
+    old, new = message.migrate_from_chat_id, message.migrate_to_chat_id
+    if new is not None and _integer(new) and _integer(message.chat.id):
+        return message.chat.id, new
+    if old is not None and _integer(old) and _integer(message.chat.id):
+        return old, message.chat.id
+    return None
+
+
 def normalize(update: Update, me: BotUser | None) -> Inbound | None:
     """The inbound message an update carries; None for what Parley ignores."""
     message = update.message or update.edited_message

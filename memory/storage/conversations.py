@@ -186,22 +186,29 @@ class Conversations:
 
     async def move_group(self, channel: str, old_group_id: str, new_group_id: str) -> bool:
         """The platform gave a group a new id (a Telegram group became a supergroup):
-        its conversation follows. False if it has none, or the new id has one already."""
+        its conversation follows, if it has one (told twice, as Telegram does, it
+        moves once). False if the new id has a conversation of its own already: then
+        the old one stays where it is."""
         async with self._sessions() as session:
-            taken = await session.scalar(
-                select(Conversation.id).where(
-                    Conversation.channel == channel, Conversation.group_id == new_group_id
+            found = set(
+                await session.scalars(
+                    select(Conversation.group_id).where(
+                        Conversation.channel == channel,
+                        Conversation.group_id.in_((old_group_id, new_group_id)),
+                    )
                 )
             )
-            if taken is not None:
+            if old_group_id not in found:
+                return True  # moved already, or never seen
+            if new_group_id in found:
                 return False
-            moved = await session.execute(
+            await session.execute(
                 update(Conversation)
                 .where(Conversation.channel == channel, Conversation.group_id == old_group_id)
                 .values(group_id=new_group_id)
             )
             await session.commit()
-        return bool(moved.rowcount)  # type: ignore[attr-defined]
+        return True
 
     async def group_of(self, conversation_id: uuid.UUID) -> str | None:
         """The platform group id of a group conversation; None for a personal one."""
