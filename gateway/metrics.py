@@ -41,6 +41,14 @@ class Metrics:
             buckets=TURN_BUCKETS,
             registry=registry,
         )
+        self.model_tokens = Counter(
+            "parley_model_tokens",
+            "Tokens of this process's model calls (turns; with the embedded job runner, "
+            "summaries and extraction too) as the model server counted them: prompt (all, "
+            "cached included), cached (read from its prompt cache), completion.",
+            ["kind"],
+            registry=registry,
+        )
         self.live_window_tokens = Histogram(
             "parley_live_window_tokens",
             "Tokens in a conversation's live window after a turn.",
@@ -84,6 +92,12 @@ class Metrics:
             "Facts the model offered without evidence of a typed message, refused.",
             registry=registry,
         )
+
+    def count_tokens(self, *, prompt: int, cached: int, completion: int) -> None:
+        tokens = self.model_tokens
+        tokens.labels("prompt").inc(prompt)
+        tokens.labels("cached").inc(cached)
+        tokens.labels("completion").inc(completion)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

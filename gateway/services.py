@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -27,6 +28,7 @@ from gateway.clock import Clock, SystemClock
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
+from gateway.llm.base import Usage
 from gateway.metrics import Metrics
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
@@ -93,7 +95,8 @@ class Services:
         repos = Repositories.open(
             sessions, count_tokens=message_tokens, now=clock.now, holder=_replica_name(settings)
         )
-        llm = llm or build_provider(settings)
+        metrics = Metrics()
+        llm = llm or build_provider(settings, on_usage=partial(_count_usage, metrics))
         archive, profiles = Archive(sessions, memory_limits(settings)), Profiles(sessions)
         queue = _job_queue(settings)
         jobs = build_jobs(
@@ -105,7 +108,6 @@ class Services:
             enqueue=queue.enqueue,
             clock=clock,
         )
-        metrics = Metrics()
         # Turns and delivery lanes are leased only where replicas can share the
         # database; an embedded SQLite file has one process, and a lease written per
         # turn would cost it a third of its turn throughput at concurrency 8.
@@ -287,6 +289,10 @@ def _replica_name(settings: Settings) -> str:
     data dir goes in as a digest: a lease's holder is at most 64 characters."""
     data_dir = hashlib.sha256(str(settings.data_dir.resolve()).encode()).hexdigest()[:12]
     return f"{socket.gethostname()[:32]}:{settings.port}:{data_dir}"
+
+
+def _count_usage(metrics: Metrics, usage: Usage) -> None:
+    metrics.count_tokens(prompt=usage.prompt, cached=usage.cached, completion=usage.completion)
 
 
 def _fanout(settings: Settings, hub: Hub) -> RedisFanout | None:

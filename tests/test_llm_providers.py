@@ -14,7 +14,8 @@ from pydantic import SecretStr
 from gateway.errors import LLMUnavailable
 from gateway.llm import ChatTurn, LLMProvider, Prompt, build_provider, complete
 from gateway.llm.anthropic import OPENING_TURN, AnthropicProvider, anthropic_messages
-from gateway.llm.http import MAX_WAIT_SECONDS, RetryPolicy
+from gateway.llm.base import Usage, UsageSink
+from gateway.llm.http import MAX_WAIT_SECONDS, TAIL_SECONDS, RetryPolicy
 from gateway.llm.offline import OfflineProvider
 from gateway.llm.openai import OpenAIProvider
 from gateway.settings import LLMProviderName, Settings
@@ -49,6 +50,7 @@ async def provider(
     read_timeout: float = 5.0,
     max_retries: int = 2,
     retry_base_seconds: float = 0.01,
+    on_usage: UsageSink | None = None,
 ) -> AsyncIterator[LLMProvider]:
     cls = OpenAIProvider if kind == "openai" else AnthropicProvider
     default_base = fake.openai_base if kind == "openai" else fake.base_url
@@ -59,6 +61,7 @@ async def provider(
         timeout=read_timeout,
         max_retries=max_retries,
         retry_base_seconds=retry_base_seconds,
+        on_usage=on_usage,
     )
     try:
         yield llm
@@ -154,6 +157,30 @@ def test_anthropic_messages_alternate_and_open_with_the_user() -> None:
         {"role": "assistant", "content": "a1\n\na2"},
         {"role": "user", "content": "u1\n\nu2"},
     ]
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_each_call_reports_the_tokens_the_server_counted(fake: FakeLLM, kind: Kind) -> None:
+    fake.script(Reply("counted reply", pieces=3, cached=4))
+    heard: list[Usage] = []
+    async with provider(kind, fake, on_usage=heard.append) as llm:
+        assert await complete(llm, PROMPT) == "counted reply"
+
+    # The fake counts 10 prompt tokens besides the cached ones, a token per piece.
+    assert heard == [Usage(prompt=14, cached=4, completion=3)]
+
+
+async def test_a_stream_held_open_after_its_end_still_answers(fake: FakeLLM) -> None:
+    # Usage comes after the finishing chunk; a server that sends neither it nor
+    # `[DONE]` and keeps the connection open costs a short wait, not the reply.
+    fake.script(Reply("whole already", hold_open=True))
+    heard: list[Usage] = []
+    async with provider("openai", fake, on_usage=heard.append, read_timeout=60) as llm:
+        async with asyncio.timeout(TAIL_SECONDS + 5):
+            assert await complete(llm, PROMPT) == "whole already"
+
+    assert heard == []
+    assert len(fake.requests) == 1
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])

@@ -36,7 +36,7 @@ def _get(
 async def test_a_web_chat_turn_is_counted_and_timed(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    llm.script(Reply("hello back"))
+    llm.script(Reply("hello back", pieces=2, cached=6))
     async with running_gateway(make_settings(database_url, tmp_path / "a", llm)) as gw:
         before = await _samples(gw)
         token, _ = await gw.visitor()
@@ -51,6 +51,10 @@ async def test_a_web_chat_turn_is_counted_and_timed(
     assert _get(after, "parley_turn_seconds_count") == 1
     assert _get(after, "parley_model_seconds_count") == 1
     assert _get(after, "parley_live_window_tokens_count") == 1
+    # As the model server counted them (the fake: 10 uncached prompt tokens, a token a piece).
+    assert _get(after, "parley_model_tokens_total", kind="prompt") == 16
+    assert _get(after, "parley_model_tokens_total", kind="cached") == 6
+    assert _get(after, "parley_model_tokens_total", kind="completion") == 2
     assert _get(after, "parley_turn_leases_held") == 0  # released once answered
     assert _get(after, "parley_archive_chunks", status="pending") == 0
     assert _get(after, "parley_archive_lag_seconds") == 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TypedDict, assert_never
 
 from gateway.llm.anthropic import AnthropicProvider
-from gateway.llm.base import LLMProvider, Prompt, complete
+from gateway.llm.base import LLMProvider, Prompt, UsageSink, complete
 from gateway.llm.offline import OfflineProvider
 from gateway.llm.openai import OpenAIProvider
 from gateway.settings import LLMProviderName, Settings
@@ -27,12 +27,13 @@ class _HTTPOptions(TypedDict):
     retry_base_seconds: float
 
 
-def build_provider(settings: Settings) -> LLMProvider:
+def build_provider(settings: Settings, on_usage: UsageSink | None = None) -> LLMProvider:
+    """The provider the settings name; `on_usage` hears the tokens of each call."""
     match settings.llm_provider:
         case LLMProviderName.OPENAI:
-            return OpenAIProvider(**_http_options(settings))
+            return OpenAIProvider(**_http_options(settings), on_usage=on_usage)
         case LLMProviderName.ANTHROPIC:
-            return AnthropicProvider(**_http_options(settings))
+            return AnthropicProvider(**_http_options(settings), on_usage=on_usage)
         case LLMProviderName.OFFLINE:
             return OfflineProvider()
         case _:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.llm.base import Prompt
+from gateway.llm.base import Prompt, Usage
 from gateway.llm.http import HTTPProvider, SSEEvent, StreamFailed, error_message, parse_json
 from memory.chat_turn import ChatTurn
 
@@ -64,17 +64,42 @@ def anthropic_messages(turns: tuple[ChatTurn, ...]) -> list[dict[str, str]]:
 class _EventDecoder:
     def __init__(self) -> None:
         self.finished = False
+        self._counts: dict[str, int] = {}  # the usage fields, as the stream updates them
+
+    @property
+    def complete(self) -> bool:
+        return self.finished
+
+    @property
+    def usage(self) -> Usage | None:
+        counts = self._counts
+        if not counts:
+            return None
+        cached = counts.get("cache_read_input_tokens", 0)
+        # Anthropic counts cache reads and writes apart from `input_tokens`.
+        prompt = counts.get("input_tokens", 0) + cached
+        prompt += counts.get("cache_creation_input_tokens", 0)
+        return Usage(prompt=prompt, cached=cached, completion=counts.get("output_tokens", 0))
 
     def feed(self, event: SSEEvent) -> str:
         payload = parse_json(event)
         kind = payload.get("type", event.event)
-        if kind == "message_stop":
+        if kind == "message_start":
+            message = payload.get("message")
+            self._count(message.get("usage") if isinstance(message, dict) else None)
+        elif kind == "message_delta":
+            self._count(payload.get("usage"))  # the output tokens so far
+        elif kind == "message_stop":
             self.finished = True
         elif kind == "error":
             raise _error_event(payload)
         elif kind == "content_block_delta":
             return _delta_text(payload)
         return ""
+
+    def _count(self, usage: object) -> None:
+        if isinstance(usage, dict):
+            self._counts |= {k: v for k, v in usage.items() if isinstance(v, int) and v >= 0}
 
 
 def _delta_text(payload: dict[str, Any]) -> str:

@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from memory.chat_turn import ChatTurn
 
-__all__ = ["ChatTurn", "LLMProvider", "Prompt", "complete"]
+__all__ = ["ChatTurn", "LLMProvider", "Prompt", "Usage", "UsageSink", "complete"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,19 @@ class Prompt:
     turns: tuple[ChatTurn, ...]
     max_tokens: int
     model: str | None = None  # None: the provider's configured chat model
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens one model call took, as the server counted them."""
+
+    prompt: int  # every prompt token, the cached ones included
+    cached: int  # of those, read from the server's prompt cache
+    completion: int
+
+
+# Where a provider reports each call's usage (the gateway's metrics).
+UsageSink = Callable[[Usage], None]
 
 
 class LLMProvider(Protocol):

@@ -18,10 +18,12 @@ import httpx
 
 from gateway.backoff import full_jitter, parse_retry_after
 from gateway.errors import LLMUnavailable
-from gateway.llm.base import Prompt
+from gateway.llm.base import Prompt, Usage, UsageSink
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 MAX_WAIT_SECONDS = 30.0
+# After the reply's end marker, how long to read on for the usage a server sends after.
+TAIL_SECONDS = 2.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 REASON_DETAIL_CHARS = 200
 _ERROR_BODY_BYTES = 8192
@@ -67,8 +69,18 @@ class EventDecoder(Protocol):
     """Turns one response's events into text. A fresh decoder is made per attempt."""
 
     @property
+    def complete(self) -> bool:
+        """The server said the reply is complete: the stream may end now."""
+        ...
+
+    @property
     def finished(self) -> bool:
-        """The server said the reply is complete; nothing after this matters."""
+        """Nothing after this matters (the usage, if the server counts it, is read)."""
+        ...
+
+    @property
+    def usage(self) -> Usage | None:
+        """The tokens the call took, once the server said."""
         ...
 
     def feed(self, event: SSEEvent) -> str:
@@ -107,17 +119,21 @@ async def stream_text(
     request: StreamRequest,
     decoder: Callable[[], EventDecoder],
     policy: RetryPolicy,
+    on_usage: UsageSink | None = None,
 ) -> AsyncIterator[str]:
     """Yield the reply's text; raise `LLMUnavailable` once retrying cannot help."""
     attempt = 0
     while True:
         attempt += 1
         yielded = False
+        events = decoder()
         try:
-            async with contextlib.aclosing(_attempt(client, request, decoder())) as pieces:
+            async with contextlib.aclosing(_attempt(client, request, events)) as pieces:
                 async for piece in pieces:
                     yielded = True
                     yield piece
+            if on_usage is not None and events.usage is not None:
+                on_usage(events.usage)
             return
         except StreamFailed as failure:
             reason = failure.describe(request.secret)
@@ -147,7 +163,8 @@ async def _attempt(
 
 async def _decode(response: httpx.Response, decoder: EventDecoder) -> AsyncIterator[str]:
     reader = SSEReader()
-    async for line in response.aiter_lines():
+    lines = response.aiter_lines()
+    async for line in lines:
         event = reader.feed(line)
         if event is None:
             continue
@@ -155,8 +172,23 @@ async def _decode(response: httpx.Response, decoder: EventDecoder) -> AsyncItera
             yield text
         if decoder.finished:
             return
-    # A cut connection can look like a clean end; only the server's end marker proves it.
-    raise StreamFailed("stream ended before the reply was complete", retryable=True)
+        if decoder.complete:
+            break
+    else:
+        if not decoder.complete:
+            # A cut connection can look like a clean end; only the server's end marker
+            # proves it.
+            raise StreamFailed("stream ended before the reply was complete", retryable=True)
+        return
+    # The reply is whole; what follows is bookkeeping (usage), worth a short wait only.
+    with contextlib.suppress(TimeoutError, httpx.HTTPError, StreamFailed):
+        async with asyncio.timeout(TAIL_SECONDS):
+            async for line in lines:
+                event = reader.feed(line)
+                if event is not None:
+                    decoder.feed(event)
+                    if decoder.finished:
+                        return
 
 
 class SSEReader:
@@ -269,8 +301,10 @@ class HTTPProvider:
         timeout: float,
         max_retries: int,
         retry_base_seconds: float,
+        on_usage: UsageSink | None = None,
     ) -> None:
         self._url = f"{base_url.rstrip('/')}{self.path}"
+        self._on_usage = on_usage
         self._api_key = api_key
         self._model = model
         self._policy = RetryPolicy(max_retries, retry_base_seconds)
@@ -280,7 +314,7 @@ class HTTPProvider:
         request = StreamRequest(
             self.name, self._url, self.headers(), self.body(prompt), self._api_key
         )
-        return stream_text(self._client, request, self.decoder, self._policy)
+        return stream_text(self._client, request, self.decoder, self._policy, self._on_usage)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.llm.base import Prompt
+from gateway.llm.base import Prompt, Usage
 from gateway.llm.http import HTTPProvider, SSEEvent, StreamFailed, error_message, parse_json
 
 _DONE = "[DONE]"
@@ -37,11 +37,13 @@ class OpenAIProvider(HTTPProvider):
 
 class _ChunkDecoder:
     def __init__(self) -> None:
+        self.complete = False
         self.finished = False
+        self.usage: Usage | None = None
 
     def feed(self, event: SSEEvent) -> str:
         if event.data.strip() == _DONE:
-            self.finished = True
+            self.complete = self.finished = True
             return ""
         chunk = parse_json(event)
         if "error" in chunk:
@@ -52,9 +54,13 @@ class _ChunkDecoder:
                 retryable=False,
             )
         # Some compatible servers close the stream after the finishing chunk without
-        # `[DONE]`; a finish_reason is as good an end marker.
+        # `[DONE]`; a finish_reason is as good an end marker. The usage (asked for with
+        # `include_usage`) comes in a chunk of its own after it.
         if _finish_reason(chunk):
-            self.finished = True
+            self.complete = True
+        if (usage := _usage(chunk)) is not None:
+            self.usage = usage
+            self.finished = self.complete
         return _delta_text(chunk)
 
 
@@ -74,3 +80,20 @@ def _delta_text(chunk: dict[str, Any]) -> str:
 
 def _finish_reason(chunk: dict[str, Any]) -> bool:
     return bool(_first_choice(chunk).get("finish_reason"))
+
+
+def _usage(chunk: dict[str, Any]) -> Usage | None:
+    usage = chunk.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    return Usage(
+        prompt=_count(usage.get("prompt_tokens")),
+        cached=_count(cached),
+        completion=_count(usage.get("completion_tokens")),
+    )
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value > 0 else 0

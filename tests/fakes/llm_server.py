@@ -30,6 +30,10 @@ class Reply:
     text: str
     pieces: int = 3
     gate: asyncio.Event | None = None  # the reply waits until the test sets it
+    cached: int = 0  # prompt tokens the usage reports as read from a prompt cache
+    # OpenAI: after the finishing chunk send no usage and no `[DONE]`, and hold the
+    # connection open (a compatible server that never ends its stream).
+    hold_open: bool = False
 
 
 @dataclass
@@ -127,10 +131,13 @@ class FakeLLM:
             case Hang():
                 await self._closing.wait()
                 return Response(status_code=503)
-            case Reply(text, pieces, gate):
+            case Reply(text, pieces, gate, cached, hold_open):
                 if gate is not None:
                     await self._until(gate)
-                return _event_stream(wire.reply(_split(text, pieces)))
+                frames = wire.reply(_split(text, pieces), cached)
+                if hold_open:
+                    return _event_stream(frames[:-2], hold=self._closing)
+                return _event_stream(frames)
             case FailMidStream(text, message):
                 return _event_stream(wire.broken(_split(text, 1), message))
 
@@ -182,7 +189,7 @@ def _is_last_body(message: Message) -> bool:
 
 
 class _Wire(Protocol):
-    def reply(self, pieces: list[str]) -> list[str]: ...
+    def reply(self, pieces: list[str], cached: int = 0) -> list[str]: ...
     def broken(self, pieces: list[str], message: str) -> list[str]: ...
     def error(self, status: int, message: str) -> dict[str, Any]: ...
 
@@ -192,12 +199,12 @@ class _OpenAIWire:
     model: str
     number: int
 
-    def reply(self, pieces: list[str]) -> list[str]:
+    def reply(self, pieces: list[str], cached: int = 0) -> list[str]:
         usage = {
-            "prompt_tokens": 10,
+            "prompt_tokens": 10 + cached,
             "completion_tokens": len(pieces),
-            "total_tokens": 10 + len(pieces),
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "total_tokens": 10 + cached + len(pieces),
+            "prompt_tokens_details": {"cached_tokens": cached},
         }
         return [
             *self._text(pieces),
@@ -246,9 +253,9 @@ class _AnthropicWire:
     model: str
     number: int
 
-    def reply(self, pieces: list[str]) -> list[str]:
+    def reply(self, pieces: list[str], cached: int = 0) -> list[str]:
         return [
-            *self._text(pieces),
+            *self._text(pieces, cached),
             _event({"type": "content_block_stop", "index": 0}),
             _event(
                 {
@@ -267,13 +274,13 @@ class _AnthropicWire:
         kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
 
-    def _text(self, pieces: list[str]) -> list[str]:
+    def _text(self, pieces: list[str], cached: int = 0) -> list[str]:
         deltas = (
             {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
             for p in pieces
         )
         return [
-            _event({"type": "message_start", "message": self._message()}),
+            _event({"type": "message_start", "message": self._message(cached)}),
             _event(
                 {
                     "type": "content_block_start",
@@ -285,7 +292,7 @@ class _AnthropicWire:
             *(_event(delta) for delta in deltas),
         ]
 
-    def _message(self) -> dict[str, Any]:
+    def _message(self, cached: int = 0) -> dict[str, Any]:
         return {
             "id": f"msg_fake_{self.number}",
             "type": "message",
@@ -298,7 +305,7 @@ class _AnthropicWire:
                 "input_tokens": 10,
                 "output_tokens": 1,
                 "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
+                "cache_read_input_tokens": cached,
             },
         }
 
@@ -311,10 +318,12 @@ def _event(payload: dict[str, Any]) -> str:
     return f"event: {payload['type']}\n{_data(payload)}"
 
 
-def _event_stream(frames: list[str]) -> StreamingResponse:
+def _event_stream(frames: list[str], hold: asyncio.Event | None = None) -> StreamingResponse:
     async def body() -> AsyncIterator[str]:
         for frame in frames:
             yield frame
+        if hold is not None:
+            await hold.wait()
 
     return StreamingResponse(body(), media_type="text/event-stream")
 
