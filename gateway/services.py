@@ -21,6 +21,7 @@ from gateway.channels.core import Core
 from gateway.channels.delivery import DeliveryLoop, RetryPolicy
 from gateway.channels.linking import Linking
 from gateway.channels.outbox import Outbox
+from gateway.channels.pacing import Pacing
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Connector
 from gateway.channels.registry import enabled_connectors
@@ -276,6 +277,7 @@ def _delivery_loop(
         clock=clock,
         retry=retry,
         uncertain=settings.delivery_uncertain,
+        pacer=_shared_pacer(settings.redis_url) if settings.redis_url else None,
         metrics=metrics,
         lanes=lanes,
         lane_ttl=timedelta(seconds=settings.turn_lease_seconds),
@@ -293,6 +295,12 @@ def _replica_name(settings: Settings) -> str:
 
 def _count_usage(metrics: Metrics, usage: Usage) -> None:
     metrics.count_tokens(prompt=usage.prompt, cached=usage.cached, completion=usage.completion)
+
+
+def _shared_pacer(redis_url: str) -> Pacing:
+    from gateway.channels.shared_pacing import RedisPacer  # redis only when configured
+
+    return RedisPacer(redis_url)
 
 
 def _fanout(settings: Settings, hub: Hub) -> RedisFanout | None:

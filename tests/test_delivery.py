@@ -3,7 +3,9 @@ marked failed with the platform's reason after N tries, and survive a restart.""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import itertools
 import random
 from pathlib import Path
 from typing import Any
@@ -11,9 +13,11 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from gateway.channels.delivery import Pacer, RetryPolicy
+from gateway.channels.delivery import RetryPolicy
 from gateway.channels.outbox import Outbox
+from gateway.channels.pacing import Pacer
 from gateway.channels.port import Pace
+from gateway.channels.shared_pacing import RedisPacer
 from gateway.channels.split import split_text, utf16_length
 from memory.storage.engine import create_engine
 from memory.storage.models import Message
@@ -94,11 +98,56 @@ async def test_pacer_spaces_sends_per_key_and_holds_after_a_limit() -> None:
     for _ in range(3):
         await pacer.wait([chat])
     await pacer.wait([other])  # a different key is not held up
-    pacer.hold([chat], 0.2)
+    await pacer.hold([chat], 0.2)
     await pacer.wait([chat])
 
     assert waits == pytest.approx([0.05, 0.05, 0.2])
     assert now[0] == pytest.approx(100.3)
+
+
+async def test_replicas_share_one_schedule_in_redis(redis_url: str) -> None:
+    # Two replicas' pacers, each sending three parts to one chat at once: the chat's
+    # interval holds between all six, not per replica.
+    interval = 0.2
+    first, second = RedisPacer(redis_url), RedisPacer(redis_url)
+    chat, bot = Pace(("telegram", CHAT), interval), Pace(("telegram",), 0.01)
+    loop = asyncio.get_running_loop()
+    sent: list[float] = []
+
+    async def send_three(pacer: RedisPacer) -> None:
+        for _ in range(3):
+            await pacer.wait([chat, bot])
+            sent.append(loop.time())
+
+    try:
+        await asyncio.gather(send_three(first), send_three(second))
+        await second.hold([chat], 0.5)  # a 429 seen by one replica holds the other too
+        held = loop.time()
+        await first.wait([chat])
+        after_hold = loop.time() - held
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+    gaps = [b - a for a, b in itertools.pairwise(sorted(sent))]
+    assert len(gaps) == 5
+    assert min(gaps) >= interval - 0.03  # Redis' clock and ours tick apart by a little
+    assert after_hold >= 0.5 - 0.03
+
+
+async def test_without_redis_a_replica_paces_on_its_own() -> None:
+    pacer = RedisPacer("redis://127.0.0.1:1/0")  # nothing listens on port 1
+    loop = asyncio.get_running_loop()
+    chat = Pace(("telegram", CHAT), 0.2)
+    try:
+        started = loop.time()
+        for _ in range(3):
+            await pacer.wait([chat])
+        took = loop.time() - started
+    finally:
+        await pacer.aclose()
+
+    assert took >= 0.4 - 0.03  # the two later sends each waited their interval
 
 
 def test_backoff_doubles_up_to_its_ceiling_with_full_jitter() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Hashable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -22,7 +22,8 @@ from datetime import timedelta
 import structlog
 
 from gateway.backoff import full_jitter, server_wait
-from gateway.channels.port import Connector, Pace
+from gateway.channels.pacing import Pacer, Pacing
+from gateway.channels.port import Connector
 from gateway.channels.split import split_text
 from gateway.clock import Clock
 from gateway.errors import DeliveryError, Undeliverable
@@ -46,41 +47,6 @@ class RetryPolicy:
         return full_jitter(failures, self.base_seconds, self.max_seconds)
 
 
-class Pacer:
-    """Spaces sends so no key is used more often than its interval allows.
-
-    A slot is reserved before waiting, so concurrent lanes queue up fairly. `monotonic`
-    and `sleep` are the event loop's unless a test passes its own."""
-
-    def __init__(
-        self,
-        monotonic: Callable[[], float] | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        self._next: dict[Hashable, float] = {}
-        self._monotonic = monotonic
-        self._sleep = sleep
-
-    def _now(self) -> float:
-        return self._monotonic() if self._monotonic else asyncio.get_running_loop().time()
-
-    async def wait(self, paces: Sequence[Pace]) -> None:
-        if not paces:
-            return
-        now = self._now()
-        start = max([now, *(self._next.get(p.key, 0.0) for p in paces)])
-        for pace in paces:
-            self._next[pace.key] = start + pace.interval
-        if start > now:
-            await self._sleep(start - now)
-
-    def hold(self, paces: Sequence[Pace], seconds: float) -> None:
-        """Nothing sharing these keys goes out for `seconds` (a platform said so)."""
-        until = self._now() + seconds
-        for pace in paces:
-            self._next[pace.key] = max(self._next.get(pace.key, 0.0), until)
-
-
 @dataclass(frozen=True, slots=True)
 class _Job:
     outbound: Outbound
@@ -95,7 +61,7 @@ class DeliveryLoop:
         clock: Clock,
         retry: RetryPolicy,
         uncertain: UncertainParts = UncertainParts.RESEND,
-        pacer: Pacer | None = None,
+        pacer: Pacing | None = None,
         metrics: Metrics | None = None,
         lanes: Leases | None = None,
         lane_ttl: timedelta = timedelta(seconds=30),
@@ -144,12 +110,12 @@ class DeliveryLoop:
             if lane not in self._sending:
                 worker.cancel()
         workers = list(self._workers.values())
-        if not workers:
-            return
-        _, pending = await asyncio.wait(workers, timeout=deadline)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        if workers:
+            _, pending = await asyncio.wait(workers, timeout=deadline)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self._pacer.aclose()
 
     async def _inline(self, outbound: Outbound, sender: Connector) -> None:
         try:
@@ -272,7 +238,7 @@ class DeliveryLoop:
             await asyncio.sleep(wait)
         else:
             # The platform's limit: nothing else for this chat or bot goes out meanwhile.
-            self._pacer.hold(sender.pacing(part), delay)
+            await self._pacer.hold(sender.pacing(part), delay)
 
     async def _give_up(self, outbound: Outbound, reason: str) -> None:
         log.warning("delivery failed", message_id=outbound.message_id, error=reason)
