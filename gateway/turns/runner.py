@@ -236,11 +236,12 @@ class TurnRunner:
 
     async def _rounds(self, conversation_id: uuid.UUID) -> None:
         # A loop starts because a message arrived: the first round goes straight to the
-        # turn, and so does a round after a step that left messages it read unanswered.
-        # Other rounds first ask whether anything came in meanwhile.
+        # turn, and so does a round after a step that left messages it read unanswered,
+        # or one after a message came in here meanwhile. What other replicas stored
+        # meanwhile is asked after releasing the lease (`_loop`), once.
         known_owed = True
         while not self._closing and conversation_id not in self._merged:
-            if not known_owed and not await self._owed(conversation_id):
+            if not known_owed and conversation_id not in self._again:
                 return
             self._again.discard(conversation_id)
             async with self._step_lock(conversation_id):
@@ -254,9 +255,10 @@ class TurnRunner:
                 known_owed = await self._step(state, context)
 
     async def _owed(self, conversation_id: uuid.UUID) -> bool:
-        """Whether a message may be unanswered since the loop last looked. One stored
-        in this process has set `_again` (the loop was still registered); only where
-        other processes store messages too must the database be asked."""
+        """After releasing: whether a message may be unanswered since the loop last
+        looked. One stored in this process has set `_again` (the loop was still
+        registered); only where other processes store messages too must the database
+        be asked."""
         if not self._leases.across_processes:
             return conversation_id in self._again
         owed = await self._conversations.owes_reply(conversation_id)
