@@ -7,6 +7,7 @@ import asyncio
 import functools
 import itertools
 import random
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,11 @@ from gateway.channels.pacing import Pacer
 from gateway.channels.port import Pace
 from gateway.channels.shared_pacing import RedisPacer
 from gateway.channels.split import split_text, utf16_length
-from memory.storage.engine import create_engine
-from memory.storage.models import Message
+from memory.storage.engine import create_engine, session_factory
+from memory.storage.messages import NewMessage
+from memory.storage.models import Delivery, Message, Role
+from memory.storage.repositories import Repositories
+from memory.tokens import message_tokens
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.graph_api import GraphFail
@@ -330,3 +334,56 @@ async def test_a_replica_starting_mid_delivery_leaves_the_lane_to_its_worker(
 
 async def _busy(outbox: Outbox) -> bool:
     return outbox.busy
+
+
+async def test_pending_replies_come_with_their_trigger_and_chat(database_url: str) -> None:
+    # What the sweep reads every few seconds, a page per query.
+    engine = create_engine(database_url)
+    repos = Repositories.open(session_factory(engine), count_tokens=message_tokens, now=_now)
+    try:
+        ada = await repos.identities.resolve_identity(
+            "telegram", "42", display_name="Ada", timezone="UTC", now=_now()
+        )
+        group = await repos.conversations.group_conversation(
+            "telegram", "-1001", title="Family", now=_now()
+        )
+        pending = []
+        for conversation, key in ((ada.conversation_id, "42:1"), (group, "-1001:7")):
+            asked, _ = await repos.messages.add_message(
+                conversation,
+                NewMessage(
+                    Role.USER,
+                    "telegram",
+                    "hi",
+                    identity_id=ada.identity_id,
+                    platform_message_id=key,
+                ),
+                now=_now(),
+            )
+            for delivery in (Delivery.SENT, Delivery.PENDING):
+                reply, _ = await repos.messages.add_message(
+                    conversation,
+                    NewMessage(
+                        Role.ASSISTANT,
+                        "telegram",
+                        "hello",
+                        reply_to_seq=asked.seq,
+                        delivery=delivery,
+                    ),
+                    now=_now(),
+                )
+            pending.append((reply.id, asked.seq, key))
+        everything = await repos.messages.pending_replies()
+        second_page = await repos.messages.pending_replies(after_id=everything[0].reply.id)
+    finally:
+        await engine.dispose()
+
+    assert [(p.reply.id, p.trigger.seq, p.trigger.platform_message_id) for p in everything] == (
+        pending
+    )
+    assert [(p.external_user_id, p.group_id) for p in everything] == [("42", None), ("42", "-1001")]
+    assert [p.reply.id for p in second_page] == [pending[1][0]]
+
+
+def _now() -> datetime:
+    return datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -72,26 +72,7 @@ async def test_faults_across_two_replicas_cost_seconds_never_answers(
 
 
 def _assert_nothing_lost_doubled_or_unanswered(report: Report, rig: Rig) -> None:
-    problems = {
-        "acknowledged but not stored": report.lost,
-        "stored more than once": report.stored_twice,
-        "never acknowledged": report.unacknowledged,
-        "user messages unanswered": report.unanswered,
-        "turns answered more than once": report.answered_twice,
-        "chunks not ready": report.archive.not_ready,
-        "chunks overlapping at one level": report.archive.overlaps,
-        "roll-ups not over consecutive children": report.archive.bad_rollups,
-        "ready chunks without facts extracted": report.archive.facts_missing,
-        "roll-ups due but not done": report.archive.rollups_due,
-        "replies never sent": report.sends.never_sent,
-        "replies not recorded as sent": report.sends.not_recorded,
-        # A send Telegram took just before a kill, that the gateway had not recorded, goes
-        # out again; a reply may go out once more per such kill, and no other way.
-        "duplicate sends no kill explains": report.unexplained_duplicate_sends,
-        "processes that died unkilled": report.unexpected_exits,
-        "processes that failed to start": report.failed_starts,
-    }
-    found = {name: items for name, items in problems.items() if items}
+    found = report.problems()
     if found:
         print(rig.logs())  # the children's logs outlive the rig
     assert not found, "\n".join(

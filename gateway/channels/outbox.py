@@ -40,15 +40,20 @@ class Outbox:
     async def deliver(self, reply: StoredMessage, trigger: StoredMessage) -> None:
         """Send a stored reply through the channel of the message that started the turn."""
         sender = self._senders.get(reply.channel)
+        if sender is not None and sender.capabilities.delivered_by_storing:
+            # Only the address matters.
+            chat = ChatRef(reply.channel, await self._identities.external_id(trigger.identity_id))
+        else:
+            chat = await self.chat_of(trigger)
+        await self._submit(reply, trigger, chat)
+
+    async def _submit(self, reply: StoredMessage, trigger: StoredMessage, chat: ChatRef) -> None:
+        sender = self._senders.get(reply.channel)
         if sender is None:
             await self._deliveries.attempt_failed(
                 reply.id, f"no {reply.channel} connector is configured", final=True
             )
             return
-        if sender.capabilities.delivered_by_storing:  # only the address matters
-            chat = ChatRef(reply.channel, await self._identities.external_id(trigger.identity_id))
-        else:
-            chat = await self.chat_of(trigger)
         outbound = Outbound(
             message_id=reply.id,
             channel=reply.channel,
@@ -96,14 +101,17 @@ class Outbox:
         from going out; on any replica, those of a replica that died, or that waited
         for a lane another replica worked. Each lane is worked by one replica."""
         after_id = 0
-        while page := await self._messages.pending_deliveries(after_id=after_id):
-            for reply in page:
-                if reply.reply_to_seq is None:
-                    continue
-                trigger = await self._messages.message_at(reply.conversation_id, reply.reply_to_seq)
-                if trigger is not None:
-                    await self.deliver(reply, trigger)
-            after_id = page[-1].id
+        while page := await self._messages.pending_replies(after_id=after_id):
+            for pending in page:
+                trigger = pending.trigger
+                chat = ChatRef(
+                    channel=trigger.channel,
+                    external_user_id=pending.external_user_id,
+                    group_id=pending.group_id,
+                    platform_message_id=trigger.platform_message_id,
+                )
+                await self._submit(pending.reply, trigger, chat)
+            after_id = page[-1].reply.id
 
     @property
     def busy(self) -> bool:

@@ -14,10 +14,18 @@ from typing import Any
 
 from sqlalchemy import Row, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
 
 from memory.storage.inserts import insert_or_skip
 from memory.storage.leases import Held, lock_held
-from memory.storage.models import Conversation, Delivery, Message, Role
+from memory.storage.models import (
+    Conversation,
+    ConversationKind,
+    Delivery,
+    Identity,
+    Message,
+    Role,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,16 @@ class StoredMessage:
     def sent_at(self) -> datetime:
         """When the person sent it, where the platform says; else when we received it."""
         return self.platform_ts or self.created_at
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReply:
+    """A reply still to send, the message it answers, and the chat it goes to."""
+
+    reply: StoredMessage
+    trigger: StoredMessage
+    external_user_id: str  # the trigger's author on its platform ('' if none)
+    group_id: str | None  # the platform group, for a group conversation
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,14 +203,6 @@ class Messages:
             row = (await session.execute(query)).one_or_none()
         return None if row is None else message_view(row)
 
-    async def message_at(self, conversation_id: uuid.UUID, seq: int) -> StoredMessage | None:
-        query = select(*MESSAGE_COLUMNS).where(
-            Message.conversation_id == conversation_id, Message.seq == seq
-        )
-        async with self._sessions() as session:
-            row = (await session.execute(query)).one_or_none()
-        return None if row is None else message_view(row)
-
     async def message_by_id(self, message_id: int) -> StoredMessage | None:
         """A message wherever it is now (linking moves messages between conversations)."""
         query = select(*MESSAGE_COLUMNS).where(Message.id == message_id)
@@ -225,18 +235,43 @@ class Messages:
             )
         return found or "webchat"
 
-    async def pending_deliveries(
-        self, *, after_id: int = 0, limit: int = 500
-    ) -> list[StoredMessage]:
-        """Replies still to send, a page at a time by id."""
+    async def pending_replies(self, *, after_id: int = 0, limit: int = 500) -> list[PendingReply]:
+        """Replies still to send, with where they go, a page at a time by id (one query
+        a page: the sweep reads them every few seconds)."""
+        trigger = aliased(Message)
         query = (
-            select(*MESSAGE_COLUMNS)
+            select(
+                *MESSAGE_COLUMNS,
+                *(getattr(trigger, column.key) for column in MESSAGE_COLUMNS),
+                Identity.external_id,
+                Conversation.kind,
+                Conversation.group_id,
+            )
+            .join(
+                trigger,
+                (trigger.conversation_id == Message.conversation_id)
+                & (trigger.seq == Message.reply_to_seq),
+            )
+            .join(Conversation, Conversation.id == Message.conversation_id)
+            .outerjoin(Identity, Identity.id == trigger.identity_id)
             .where(Message.delivery == Delivery.PENDING, Message.id > after_id)
             .order_by(Message.id)
             .limit(limit)
         )
         async with self._sessions() as session:
-            return [message_view(row) for row in await session.execute(query)]
+            return [_pending(row) for row in await session.execute(query)]
+
+
+def _pending(row: Any) -> PendingReply:
+    """A row of `pending_replies`: the reply's columns, the trigger's, then the chat's."""
+    width = len(MESSAGE_COLUMNS)
+    external_id, kind, group_id = row[2 * width :]
+    return PendingReply(
+        reply=StoredMessage(*row[:width]),
+        trigger=StoredMessage(*row[width : 2 * width]),
+        external_user_id=external_id or "",
+        group_id=group_id if kind == ConversationKind.GROUP else None,
+    )
 
 
 def _row(

@@ -11,7 +11,7 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -63,7 +63,7 @@ async def _admin(statement: str) -> None:
         await connection.close()
 
 
-def postgres_database() -> Iterator[str]:
+def postgres_database() -> Generator[str, None, None]:
     """Create a private, migrated database for this test run; drop it afterwards."""
     name = f"parley_test_{uuid.uuid4().hex[:12]}"
     try:

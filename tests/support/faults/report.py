@@ -42,6 +42,29 @@ class Report:
             if extra > self.uncertain_sends[text]
         ]
 
+    def problems(self) -> dict[str, list[str]]:
+        """What went wrong, by kind; empty if nothing did."""
+        problems = {
+            "acknowledged but not stored": self.lost,
+            "stored more than once": self.stored_twice,
+            "never acknowledged": self.unacknowledged,
+            "user messages unanswered": self.unanswered,
+            "turns answered more than once": self.answered_twice,
+            "chunks not ready": self.archive.not_ready,
+            "chunks overlapping at one level": self.archive.overlaps,
+            "roll-ups not over consecutive children": self.archive.bad_rollups,
+            "ready chunks without facts extracted": self.archive.facts_missing,
+            "roll-ups due but not done": self.archive.rollups_due,
+            "replies never sent": self.sends.never_sent,
+            "replies not recorded as sent": self.sends.not_recorded,
+            # A send Telegram took just before a kill, that the gateway had not recorded,
+            # goes out again; a reply may go out once more per such kill, and no other way.
+            "duplicate sends no kill explains": self.unexplained_duplicate_sends,
+            "processes that died unkilled": self.unexpected_exits,
+            "processes that failed to start": self.failed_starts,
+        }
+        return {name: items for name, items in problems.items() if items}
+
     def kills_of(self, target: str) -> list[Kill]:
         return [k for k in self.kills if k.target.startswith(target)]
 
