@@ -30,6 +30,7 @@ from gateway.errors import DeliveryError, Undeliverable
 from gateway.messages import Outbound
 from gateway.metrics import Metrics
 from gateway.settings import UncertainParts
+from gateway.tasks import finish_or_cancel
 from memory.storage.deliveries import Deliveries
 from memory.storage.leases import Leases
 from memory.storage.models import Delivery
@@ -109,12 +110,7 @@ class DeliveryLoop:
         for lane, worker in self._workers.items():
             if lane not in self._sending:
                 worker.cancel()
-        workers = list(self._workers.values())
-        if workers:
-            _, pending = await asyncio.wait(workers, timeout=deadline)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await finish_or_cancel(list(self._workers.values()), deadline)
         await self._pacer.aclose()
 
     async def _inline(self, outbound: Outbound, sender: Connector) -> None:

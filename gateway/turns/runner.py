@@ -24,6 +24,7 @@ from gateway.clock import Clock
 from gateway.errors import LLMError
 from gateway.llm import LLMProvider, Prompt
 from gateway.metrics import Metrics
+from gateway.tasks import finish_or_cancel
 from gateway.text import clean
 from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.turns.hub import DeltaEvent, Hub
@@ -173,13 +174,7 @@ class TurnRunner:
         A cancelled turn stored nothing of its reply, so it runs again on the next start.
         """
         self._closing = True
-        tasks = list(self._loops.values())
-        if not tasks:
-            return
-        _, pending = await asyncio.wait(tasks, timeout=deadline)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await finish_or_cancel(list(self._loops.values()), deadline)
 
     @contextlib.asynccontextmanager
     async def guard(self, conversation_id: uuid.UUID) -> AsyncIterator[None]:
