@@ -16,6 +16,7 @@ from sqlalchemy import Row, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
+from memory.storage.engine import writer_queue
 from memory.storage.inserts import insert_or_skip
 from memory.storage.leases import Held, lock_held
 from memory.storage.models import (
@@ -113,6 +114,7 @@ class Messages:
         with it, so prompt assembly never counts again)."""
         self._sessions = sessions
         self._count_tokens = count_tokens
+        self._writers = writer_queue(sessions)  # two per turn: the busiest write path
 
     async def add_message(
         self,
@@ -130,7 +132,7 @@ class Messages:
         (`LeaseLost` otherwise): a turn that lost its conversation stores no reply.
         """
         is_user = new.role is Role.USER
-        async with self._sessions() as session:
+        async with self._writers, self._sessions() as session:
             if held is not None:
                 await lock_held(session, held, now)
             # The UPDATE takes the conversation's write lock first, so concurrent
