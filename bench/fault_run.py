@@ -5,7 +5,7 @@
 The same rig as `tests/test_faults.py` (a private Postgres database and Redis, two
 `parley serve` replicas behind the traffic's "load balancer", two `parley worker`
 processes, fake Telegram and model servers), with the traffic and the kills multiplied
-by K (default 5: about 110 kills of each replica and 80 of the workers). Prints the
+by K (default 5: 110 kills of each replica and 80 of the workers). Prints the
 run, then what went wrong by kind (nothing, if the run holds); exits 1 if anything did.
 """
 
@@ -28,9 +28,13 @@ SETTLE_SECONDS = 180.0
 
 
 def scaled(plan: FaultPlan, scale: int) -> FaultPlan:
-    """More people talking for longer, killed proportionally more often."""
+    """More people talking for longer, killed proportionally more often. Messages come
+    half as fast as in CI: a kill and restart takes about 3 s, and each replica's kills
+    must fit inside the traffic."""
+    low, high = plan.message_gap
     return replace(
         plan,
+        message_gap=(low * 2, high * 2),
         telegram_users=plan.telegram_users * 2,
         messages_per_telegram_user=plan.messages_per_telegram_user * scale // 2,
         webchat_visitors=plan.webchat_visitors * 2,
