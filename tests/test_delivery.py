@@ -7,11 +7,14 @@ import asyncio
 import functools
 import itertools
 import random
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import update
 
 from gateway.channels.delivery import RetryPolicy
@@ -84,6 +87,59 @@ def test_split_prefers_a_paragraph_to_a_sentence_to_a_space() -> None:
     text = "One. Two three.\n\nFour five six seven."
     assert split_text(text, 30) == ["One. Two three.", "Four five six seven."]
     assert split_text("One two. Three four five", 16) == ["One two.", "Three four five"]
+
+
+FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,}).*$", re.MULTILINE)
+
+
+@st.composite
+def _replies_with_code(draw: st.DrawFn) -> str:
+    """Prose paragraphs and fenced code blocks (indented lines, a language or none)."""
+    word = st.text(alphabet="abcdefghij🙂é", min_size=1, max_size=9)
+    blocks = []
+    for _ in range(draw(st.integers(1, 8))):
+        if draw(st.booleans()):
+            blocks.append(" ".join(draw(st.lists(word, min_size=1, max_size=40))) + ".")
+        else:
+            language = draw(st.sampled_from(["", "python", "sh"]))
+            lines = [
+                " " * draw(st.integers(0, 8))
+                + " ".join(draw(st.lists(word, min_size=1, max_size=4)))
+                for _ in range(draw(st.integers(1, 30)))
+            ]
+            blocks.append("\n".join([f"```{language}", *lines, "```"]))
+    return "\n\n".join(blocks)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_replies_with_code(), limit=st.integers(80, 400))
+def test_split_code_blocks_close_and_reopen_and_keep_every_line(text: str, limit: int) -> None:
+    parts = split_text(text, limit, utf16_length)
+
+    assert all(0 < utf16_length(part) <= limit for part in parts)
+    for part in parts:  # every part renders on its own: its fences are balanced
+        assert len(FENCE_LINE.findall(part)) % 2 == 0, part
+    # Nothing lost or reordered; the fences added are fence lines only.
+    without_fences = [FENCE_LINE.sub("", p) for p in (text, "\n".join(parts))]
+    assert _words(without_fences[1]) == _words(without_fences[0])
+    # Code lines keep their indentation: each is whole in some part.
+    code_lines = [line for line in text.splitlines() if line.startswith(" ")]
+    part_lines = {line for part in parts for line in part.splitlines()}
+    assert all(
+        line.rstrip() in part_lines for line in code_lines if utf16_length(line) < limit // 2
+    )
+
+
+def test_a_long_code_block_is_cut_between_lines_and_reopened_with_its_language() -> None:
+    code = "\n".join(f"    print({n})  # line {n}" for n in range(200))
+    text = f"Here is the script:\n\n```python\n{code}\n```\n\nRun it with care."
+    parts = split_text(text, 2000)
+
+    assert len(parts) == 3
+    assert parts[0].startswith("Here is the script:\n\n```python\n    print(0)")
+    assert all(p.endswith("\n```") for p in parts[:-1])
+    assert all(p.startswith("```python\n    print(") for p in parts[1:])
+    assert parts[-1].endswith("```\n\nRun it with care.")
 
 
 # -- pacing and backoff ---------------------------------------------------------------------
