@@ -142,6 +142,7 @@ class Settings(BaseSettings):
     telegram_mode: TelegramMode = TelegramMode.WEBHOOK
     discord_token: SecretStr | None = None
     discord_api_url: str = "https://discord.com/api/v10"
+    discord_gateway_url: str = "wss://gateway.discord.gg/"
     whatsapp_token: SecretStr | None = None
     whatsapp_app_secret: SecretStr | None = None
     whatsapp_verify_token: SecretStr | None = None

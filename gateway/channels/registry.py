@@ -21,6 +21,10 @@ REGISTRY: dict[str, tuple[str, Callable[[Settings], bool]]] = {
         "connectors.telegram:create",
         lambda settings: settings.telegram_token is not None,
     ),
+    "discord": (
+        "connectors.discord:create",
+        lambda settings: settings.discord_token is not None,
+    ),
     "whatsapp": (
         "connectors.whatsapp:create",
         lambda settings: settings.whatsapp_token is not None,

@@ -1,0 +1,197 @@
+"""Discord: messages come over the gateway connection (held by one replica, the leader),
+replies go out over REST (from any replica).
+
+DMs join the person's own conversation; a guild channel or thread is a group
+conversation, answered when the bot is mentioned or replied to. Each reply part carries
+a nonce made from the reply and the part, with `enforce_nonce`, so a part resent after a
+crash inside the send is dropped by Discord itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+import aiohttp
+import discord
+import structlog
+from discord.http import Route
+from fastapi import APIRouter
+
+from connectors.discord.client import ParleyClient
+from connectors.discord.normalize import CHANNEL, normalize
+from gateway.channels.port import Capabilities, Gateway, Pace, Singleton
+from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError, Undeliverable
+from gateway.messages import ChatRef, Outbound
+from gateway.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+MAX_CHARS = 2000
+# Discord's limits: 5 messages per 5 s in a channel, 50 requests per second per bot.
+CHANNEL_INTERVAL = 1.0
+BOT_INTERVAL = 0.02
+TYPING_SECONDS = 8.0  # a typing indicator shows for 10 s
+PORTAL_SWITCH = (
+    "Discord refused the message content intent: switch on 'Message Content Intent' under "
+    "Bot → Privileged Gateway Intents in the developer portal"
+)
+
+
+def create(settings: Settings) -> DiscordConnector:
+    return DiscordConnector(settings)
+
+
+class DiscordConnector:
+    channel = CHANNEL
+    capabilities = Capabilities(max_length=MAX_CHARS, typing_interval=TYPING_SECONDS)
+    router: APIRouter | None = None
+    core: Gateway  # given by start()
+
+    def __init__(self, settings: Settings) -> None:
+        assert settings.discord_token is not None  # the registry enables us only with one
+        self._token = settings.discord_token.get_secret_value()
+        self._api_url = settings.discord_api_url
+        self._gateway_url = settings.discord_gateway_url
+        self._client: ParleyClient | None = None
+        self._me = 0
+        self._connection: asyncio.Task[None] | None = None
+        self._leader: Singleton | None = None
+        self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self, core: Gateway) -> None:
+        self.core = core
+        client = ParleyClient(
+            api_url=self._api_url, gateway_url=self._gateway_url, handler=self.handle
+        )
+        self._client = client
+        try:
+            await client.login(self._token)  # REST, on every replica: replies go out here
+        except discord.LoginFailure:
+            await client.close()  # a connector that fails to start holds nothing
+            raise ConfigError(
+                "invalid setting PARLEY_DISCORD_TOKEN: Discord rejected the bot token"
+            ) from None
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            log.warning("Discord is unreachable; will try again when needed", error=str(exc))
+        if client.user is not None:
+            self._me = client.user.id
+        # Discord allows one gateway connection per bot (unsharded): one replica holds it.
+        self._leader = core.singleton("discord-gateway", self._connect, self._disconnect)
+
+    async def stop(self) -> None:
+        if self._leader is not None:
+            await self._leader.close()
+        if self._client is not None:
+            await self._client.close()
+
+    async def _connect(self) -> None:
+        assert self._client is not None
+        self._connection = asyncio.create_task(self._run(self._client), name="discord:gateway")
+
+    async def _run(self, client: ParleyClient) -> None:
+        try:
+            if client.user is None:  # Discord was unreachable at start
+                await client.login(self._token)
+                self._me = client.user.id if client.user is not None else 0
+            await client.connect(reconnect=True)
+        except discord.PrivilegedIntentsRequired:
+            log.error(PORTAL_SWITCH)
+        except discord.LoginFailure:
+            log.error("invalid setting PARLEY_DISCORD_TOKEN: Discord rejected the bot token")
+
+    async def _disconnect(self) -> None:
+        if self._connection is not None:
+            self._connection.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connection
+        if self._client is not None and self._client.ws is not None:
+            await self._client.ws.close(code=1000)
+
+    # -- intake -----------------------------------------------------------------------
+
+    async def handle(self, message: discord.Message) -> None:
+        """A message seen on the gateway: stored (and its turn started) through the core."""
+        inbound = normalize(message, self._me)
+        if inbound is None:
+            return
+        try:
+            await self.core.receive(inbound)
+        except AccessRefused:
+            pass  # the core has answered the person
+        except InputError as exc:
+            log.warning("a Discord message could not be stored", error=str(exc))
+
+    # -- output -----------------------------------------------------------------------
+
+    def pacing(self, outbound: Outbound) -> Sequence[Pace]:
+        where = outbound.group_id or f"dm:{outbound.external_user_id}"
+        return (Pace((CHANNEL, where), CHANNEL_INTERVAL), Pace((CHANNEL,), BOT_INTERVAL))
+
+    async def send(self, outbound: Outbound) -> str | None:
+        payload: dict[str, object] = {
+            "content": outbound.text,
+            # A model's "@everyone" or "<@id>" pings nobody.
+            "allowed_mentions": {"parse": []},
+            "nonce": f"p{outbound.message_id}.{outbound.part}",  # at most 25 characters
+            "enforce_nonce": True,
+        }
+        if outbound.group_id and outbound.part == 0 and outbound.reply_to_platform_id:
+            # In a channel the first part answers the message visibly.
+            payload["message_reference"] = {
+                "message_id": outbound.reply_to_platform_id,
+                "fail_if_not_exists": False,
+            }
+        sent = await self._post(await self._channel_of(outbound.chat), payload)
+        return str(sent["id"])
+
+    async def notify(self, chat: ChatRef, text: str) -> None:
+        payload: dict[str, object] = {"content": text, "allowed_mentions": {"parse": []}}
+        await self._post(await self._channel_of(chat), payload)
+
+    async def typing(self, chat: ChatRef) -> None:
+        client = self._ready_client()
+        channel_id = await self._channel_of(chat)
+        try:
+            await client.http.send_typing(channel_id)
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            raise _delivery_error(exc) from None
+
+    async def _channel_of(self, chat: ChatRef) -> int:
+        if chat.group_id is not None:
+            return int(chat.group_id)
+        known = self._dm_channels.get(chat.external_user_id)
+        if known is not None:
+            return known
+        client = self._ready_client()
+        try:
+            channel = await client.http.start_private_message(int(chat.external_user_id))
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            raise _delivery_error(exc) from None
+        self._dm_channels[chat.external_user_id] = int(channel["id"])
+        return int(channel["id"])
+
+    async def _post(self, channel_id: int, payload: dict[str, object]) -> dict[str, object]:
+        client = self._ready_client()
+        route = Route("POST", "/channels/{channel_id}/messages", channel_id=channel_id)
+        try:
+            sent: dict[str, object] = await client.http.request(route, json=payload)
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            raise _delivery_error(exc) from None
+        return sent
+
+    def _ready_client(self) -> ParleyClient:
+        if self._client is None:
+            raise DeliveryError("the Discord connector has not started")
+        return self._client
+
+
+def _delivery_error(exc: Exception) -> DeliveryError:
+    """Refusals (forbidden, not found, bad request) are final; a server error or a lost
+    connection is worth another try. discord.py has waited out 429s by itself."""
+    if isinstance(exc, discord.HTTPException) and exc.status in (400, 401, 403, 404):
+        return Undeliverable(f"Discord refused the message: {exc.status} {exc.text}")
+    return DeliveryError(f"Discord did not take the message: {exc}")

@@ -1,0 +1,66 @@
+"""A Discord message, as discord.py parsed it, turned into our `Inbound` (or ignored)."""
+
+from __future__ import annotations
+
+import discord
+
+from gateway.messages import Inbound
+
+CHANNEL = "discord"
+
+
+def normalize(message: discord.Message, me: int) -> Inbound | None:
+    """The inbound message, or None for what Parley ignores: bots (itself included),
+    system messages, and guild messages that do not speak to the bot."""
+    if message.author.bot or message.author.id == me:
+        return None
+    if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+        return None
+    private = isinstance(message.channel, discord.DMChannel)
+    if not private and not addressed(message, me):
+        return None
+    text, source = _content(message)
+    if not text:
+        return None
+    return Inbound(
+        channel=CHANNEL,
+        external_user_id=str(message.author.id),
+        text=text,
+        platform_message_id=str(message.id),  # snowflakes are unique across Discord
+        platform_ts=message.created_at,
+        display_name=message.author.display_name,
+        source=source,
+        group_id=None if private else str(message.channel.id),
+        group_title="" if private else _title(message),
+    )
+
+
+def addressed(message: discord.Message, me: int) -> bool:
+    """Does a guild message speak to the bot: a mention of it, or a reply to it?"""
+    if any(user.id == me for user in message.mentions):
+        return True
+    replied = message.reference.resolved if message.reference is not None else None
+    return isinstance(replied, discord.Message) and replied.author.id == me
+
+
+def _content(message: discord.Message) -> tuple[str, str | None]:
+    """Text and source label: typed text has none; attachments and stickers get a
+    placeholder the model can speak to."""
+    text = message.clean_content.strip()  # mentions as @names, not <@ids>
+    things = [f"a file ({a.filename})" for a in message.attachments]
+    things += [f"a sticker ({s.name})" for s in message.stickers]
+    if not things:
+        return text, None
+    note = (
+        f"(The person sent {', '.join(things)}. Parley cannot pass it on, so you cannot "
+        "see it; tell them kindly if it matters.)"
+    )
+    kind = "discord attachment" if message.attachments else "discord sticker"
+    return (f"{note}\n{text}" if text else note), kind
+
+
+def _title(message: discord.Message) -> str:
+    channel = message.channel
+    name = getattr(channel, "name", None) or ""
+    guild = message.guild.name if message.guild is not None else ""
+    return f"{guild} #{name}" if guild and name else name or guild

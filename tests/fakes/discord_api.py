@@ -1,0 +1,336 @@
+"""A fake Discord that the real discord.py client accepts: the REST calls it makes and
+the gateway websocket (HELLO, IDENTIFY, READY, GUILD_CREATE, heartbeats, dispatches).
+
+Payload shapes follow Discord's API documentation (v10). Frames go out as text: a
+gateway client that asked for `compress=zlib-stream` also takes uncompressed text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from tests.support.servers import serve
+
+TOKEN = "ODk5.fake-discord-bot-token.0123456789"
+BOT_ID = 900_000_000_000_000_001
+APPLICATION_ID = 900_000_000_000_000_002
+BOT_NAME = "parley"
+
+_snowflakes = itertools.count(1_100_000_000_000_000_000)
+
+
+def snowflake() -> str:
+    return str(next(_snowflakes))
+
+
+def user(user_id: int, name: str = "ann", *, bot: bool = False) -> dict[str, Any]:
+    return {
+        "id": str(user_id),
+        "username": name,
+        "discriminator": "0",
+        "global_name": name.capitalize(),
+        "avatar": None,
+        "bot": bot,
+    }
+
+
+BOT_USER = user(BOT_ID, BOT_NAME, bot=True)
+
+
+def member() -> dict[str, Any]:
+    """A guild member object's own fields (the user goes beside them)."""
+    return {
+        "roles": [],
+        "joined_at": "2026-01-01T00:00:00Z",
+        "deaf": False,
+        "mute": False,
+        "flags": 0,
+    }
+
+
+@dataclass(frozen=True)
+class Guild:
+    id: int
+    name: str
+    channels: tuple[int, ...]
+
+    def create_event(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "name": self.name,
+            "owner_id": "1",
+            "unavailable": False,
+            "member_count": 2,
+            "roles": [{"id": str(self.id), "name": "@everyone", "permissions": "0"}],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "members": [{"user": BOT_USER, **member()}],
+            "channels": [
+                {
+                    "id": str(c),
+                    "type": 0,
+                    "name": f"chat-{c}",
+                    "position": i,
+                    "guild_id": str(self.id),
+                }
+                for i, c in enumerate(self.channels)
+            ],
+            "threads": [],
+            "voice_states": [],
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "joined_at": "2026-01-01T00:00:00Z",
+            "large": False,
+        }
+
+
+def message(
+    author: dict[str, Any],
+    channel_id: int,
+    content: str,
+    *,
+    guild: Guild | None = None,
+    mentions: list[dict[str, Any]] | None = None,
+    message_id: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A MESSAGE_CREATE event's data (gateway events carry guild_id and member)."""
+    data: dict[str, Any] = {
+        "id": message_id or snowflake(),
+        "channel_id": str(channel_id),
+        "author": author,
+        "content": content,
+        "timestamp": "2026-12-01T12:00:00.000000+00:00",
+        "edited_timestamp": None,
+        "tts": False,
+        "mention_everyone": False,
+        "mentions": mentions or [],
+        "mention_roles": [],
+        "attachments": [],
+        "embeds": [],
+        "pinned": False,
+        "type": 0,
+        "flags": 0,
+    }
+    if guild is not None:
+        data["guild_id"] = str(guild.id)
+        data["member"] = {
+            "roles": [],
+            "joined_at": "2026-01-01T00:00:00Z",
+            "deaf": False,
+            "mute": False,
+        }
+    return data | extra
+
+
+@dataclass
+class Sent:
+    channel_id: int
+    content: str
+    nonce: str | None
+    reference: dict[str, Any] | None
+
+
+@dataclass
+class FakeDiscord:
+    base_url: str = ""
+    guilds: list[Guild] = field(default_factory=list)
+    sent: list[Sent] = field(default_factory=list)
+    typing: list[int] = field(default_factory=list)
+    identifies: int = 0
+    # Set by a test: fail the next POST of a message with (status, body, headers).
+    fail_next_send: list[tuple[int, dict[str, Any], dict[str, str]]] = field(default_factory=list)
+    _sockets: list[WebSocket] = field(default_factory=list)
+    _sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _dm_channels: dict[int, int] = field(default_factory=dict)  # user id -> channel id
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.base_url}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return self.base_url.replace("http", "ws", 1) + "/gateway"
+
+    def app(self) -> Starlette:
+        api = "/api/v10"
+        return Starlette(
+            routes=[
+                Route(f"{api}/users/@me", self._me),
+                Route(f"{api}/oauth2/applications/@me", self._application),
+                Route(f"{api}/gateway", self._gateway),
+                Route(f"{api}/gateway/bot", self._gateway),
+                Route(f"{api}/users/@me/channels", self._open_dm, methods=["POST"]),
+                Route(f"{api}/channels/{{channel_id:int}}/messages", self._send, methods=["POST"]),
+                Route(f"{api}/channels/{{channel_id:int}}/typing", self._typing, methods=["POST"]),
+                WebSocketRoute("/gateway", self._socket),
+            ]
+        )
+
+    # -- what a test drives ------------------------------------------------------------
+
+    def dm_channel(self, user_id: int) -> int:
+        """The DM channel between the bot and `user_id` (made on first use)."""
+        return self._dm_channels.setdefault(user_id, int(snowflake()))
+
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Send a gateway event to the connected client."""
+        await self.connected()
+        await self._send_frame(
+            self._sockets[-1], {"op": 0, "t": event, "s": next(self._sequence), "d": data}
+        )
+
+    async def connected(self, seconds: float = 10.0) -> None:
+        await self.wait_until(lambda fake: bool(fake._sockets) and fake.identifies > 0, seconds)
+
+    async def wait_until(
+        self, condition: Callable[[FakeDiscord], bool], seconds: float = 10.0
+    ) -> None:
+        async with asyncio.timeout(seconds), self._changed:
+            await self._changed.wait_for(lambda: condition(self))
+
+    def texts(self, channel_id: int) -> list[str]:
+        return [s.content for s in self.sent if s.channel_id == channel_id]
+
+    # -- REST --------------------------------------------------------------------------
+
+    async def _me(self, request: Request) -> Response:
+        if request.headers.get("authorization") != f"Bot {TOKEN}":
+            return JSONResponse({"message": "401: Unauthorized", "code": 0}, 401)
+        return JSONResponse(BOT_USER)
+
+    async def _application(self, _: Request) -> Response:
+        return JSONResponse(
+            {
+                "id": str(APPLICATION_ID),
+                "name": BOT_NAME,
+                "icon": None,
+                "description": "",
+                "bot_public": False,
+                "bot_require_code_grant": False,
+                "verify_key": "0" * 64,
+                "flags": 1 << 19,  # GATEWAY_MESSAGE_CONTENT_LIMITED
+                "owner": user(1, "owner"),
+                "team": None,
+            }
+        )
+
+    async def _gateway(self, _: Request) -> Response:
+        return JSONResponse(
+            {
+                "url": self.gateway_url,
+                "shards": 1,
+                "session_start_limit": {
+                    "total": 1000,
+                    "remaining": 1000,
+                    "reset_after": 0,
+                    "max_concurrency": 1,
+                },
+            }
+        )
+
+    async def _open_dm(self, request: Request) -> Response:
+        recipient = int((await request.json())["recipient_id"])
+        return JSONResponse(
+            {"id": str(self.dm_channel(recipient)), "type": 1, "recipients": [user(recipient)]}
+        )
+
+    async def _send(self, request: Request) -> Response:
+        channel_id = int(request.path_params["channel_id"])
+        body = await request.json()
+        if self.fail_next_send:
+            status, payload, headers = self.fail_next_send.pop(0)
+            return JSONResponse(payload, status, headers=headers)
+        sent = Sent(
+            channel_id, body.get("content", ""), body.get("nonce"), body.get("message_reference")
+        )
+        async with self._changed:
+            self.sent.append(sent)
+            self._changed.notify_all()
+        return JSONResponse(message(BOT_USER, channel_id, sent.content))
+
+    async def _typing(self, request: Request) -> Response:
+        self.typing.append(int(request.path_params["channel_id"]))
+        return Response(status_code=204)
+
+    # -- gateway -----------------------------------------------------------------------
+
+    async def _socket(self, websocket: WebSocket) -> None:
+        await websocket.accept()
+        await self._send_frame(
+            websocket, {"op": 10, "d": {"heartbeat_interval": 41_250}, "s": None, "t": None}
+        )
+        try:
+            while True:
+                frame = json.loads(await websocket.receive_text())
+                await self._on_frame(websocket, frame)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            with contextlib.suppress(ValueError):
+                self._sockets.remove(websocket)
+
+    async def _on_frame(self, websocket: WebSocket, frame: dict[str, Any]) -> None:
+        op = frame.get("op")
+        if op == 1:  # heartbeat
+            await self._send_frame(websocket, {"op": 11, "d": None, "s": None, "t": None})
+        elif op == 2:  # identify
+            ready = {
+                "v": 10,
+                "user": BOT_USER,
+                "guilds": [{"id": str(g.id), "unavailable": True} for g in self.guilds],
+                "session_id": snowflake(),
+                "resume_gateway_url": self.gateway_url,
+                "application": {"id": str(APPLICATION_ID), "flags": 1 << 19},
+                "private_channels": [],
+                "relationships": [],
+            }
+            await self._send_frame(
+                websocket, {"op": 0, "t": "READY", "s": next(self._sequence), "d": ready}
+            )
+            for guild in self.guilds:
+                event = {
+                    "op": 0,
+                    "t": "GUILD_CREATE",
+                    "s": next(self._sequence),
+                    "d": guild.create_event(),
+                }
+                await self._send_frame(websocket, event)
+            async with self._changed:
+                self._sockets.append(websocket)
+                self.identifies += 1
+                self._changed.notify_all()
+
+    async def _send_frame(self, websocket: WebSocket, frame: dict[str, Any]) -> None:
+        await websocket.send_text(json.dumps(frame))
+
+
+@contextlib.asynccontextmanager
+async def fake_discord(guilds: list[Guild] | None = None) -> AsyncIterator[FakeDiscord]:
+    fake = FakeDiscord(guilds=list(guilds or []))
+    async with serve(fake.app()) as url:
+        fake.base_url = url
+        yield fake
+
+
+def discord_settings(fake: FakeDiscord, **extra: Any) -> dict[str, Any]:
+    return {
+        "discord_token": TOKEN,
+        "discord_api_url": fake.api_url,
+        "discord_gateway_url": fake.gateway_url,
+    } | extra

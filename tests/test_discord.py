@@ -1,0 +1,199 @@
+"""Discord end to end: the real discord.py client against a fake Discord (REST and the
+gateway websocket) on localhost, the real gateway, a fake model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app import create_app
+from gateway.errors import ConfigError
+from tests.fakes import discord_api as dc
+from tests.fakes.discord_api import FakeDiscord, Guild, discord_settings, fake_discord
+from tests.fakes.llm_server import FakeLLM, Reply
+from tests.support.harness import Gateway, make_settings, running_gateway
+from tests.support.platforms import ADMIN
+from tests.support.polling import eventually
+
+ANN = dc.user(4001, "ann")
+BEN = dc.user(4002, "ben")
+GUILD = Guild(id=7001, name="Family", channels=(7101, 7102))
+CHAT = GUILD.channels[0]
+FENCE = re.compile(r"^```", re.MULTILINE)
+FENCE_LINE = re.compile(r"^```.*$", re.MULTILINE)
+
+
+@contextlib.asynccontextmanager
+async def discord_gateway(
+    database_url: str, tmp_path: Path, llm: FakeLLM, **extra: Any
+) -> AsyncIterator[tuple[Gateway, FakeDiscord]]:
+    async with fake_discord([GUILD]) as fake:
+        values = discord_settings(fake, discord_policy="open", delivery_retry_base_seconds=0.01)
+        settings = make_settings(database_url, tmp_path, llm, **(values | extra))
+        async with running_gateway(settings) as gw:
+            await fake.connected()
+            yield gw, fake
+
+
+async def _messages(gw: Gateway) -> list[dict[str, Any]]:
+    sessions = (await gw.http.get("/api/v1/sessions", headers=ADMIN)).json()["sessions"]
+    found: list[dict[str, Any]] = []
+    for session in sessions:
+        url = f"/api/v1/sessions/{session['id']}/messages"
+        found += (await gw.http.get(url, headers=ADMIN)).json()["messages"]
+    return found
+
+
+async def test_a_dm_gets_one_reply_in_its_dm_channel(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Reply("hello from parley"))
+    async with discord_gateway(database_url, tmp_path, llm) as (gw, fake):
+        channel = fake.dm_channel(int(ANN["id"]))
+        await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, channel, "hi there"))
+        await fake.wait_until(lambda f: len(f.texts(channel)) == 1)
+        stored = await eventually(
+            lambda: _messages(gw), until=lambda ms: ms[-1]["delivery"] == "sent"
+        )
+
+    assert fake.texts(channel) == ["hello from parley"]
+    assert [(m["role"], m["text"]) for m in stored] == [
+        ("user", "hi there"),
+        ("assistant", "hello from parley"),
+    ]
+    assert fake.sent[0].nonce is not None  # Discord drops a resend of the same part
+    assert fake.sent[0].reference is None  # a DM answer is plain
+
+
+async def test_in_a_guild_only_mentions_and_replies_to_the_bot_are_answered(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Reply("answer to the mention"), Reply("answer to the reply"))
+    async with discord_gateway(database_url, tmp_path, llm) as (gw, fake):
+        chatter = dc.message(ANN, CHAT, "just talking among ourselves", guild=GUILD)
+        await fake.dispatch("MESSAGE_CREATE", chatter)
+        mention = dc.message(
+            BEN, CHAT, f"<@{dc.BOT_ID}> what time is it?", guild=GUILD, mentions=[dc.BOT_USER]
+        )
+        await fake.dispatch("MESSAGE_CREATE", mention)
+        await fake.wait_until(lambda f: len(f.texts(CHAT)) == 1)
+        bot_message = dc.message(dc.BOT_USER, CHAT, "answer to the mention", guild=GUILD)
+        reply = dc.message(
+            ANN,
+            CHAT,
+            "and tomorrow?",
+            guild=GUILD,
+            type=19,
+            message_reference={"message_id": bot_message["id"], "channel_id": str(CHAT)},
+            referenced_message=bot_message,
+        )
+        await fake.dispatch("MESSAGE_CREATE", reply)
+        await fake.wait_until(lambda f: len(f.texts(CHAT)) == 2)
+        stored = await _messages(gw)
+
+    assert fake.texts(CHAT) == ["answer to the mention", "answer to the reply"]
+    assert [m["text"] for m in stored if m["role"] == "user"] == [
+        "@Parley what time is it?",  # the mention as Discord shows it
+        "and tomorrow?",
+    ]
+    assert fake.sent[0].reference is not None  # the answer quotes what it answers
+    assert fake.sent[0].reference["message_id"] == mention["id"]
+    assert len(llm.requests) == 2
+
+
+async def test_bots_are_ignored_and_a_replayed_event_is_answered_once(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Reply("only once"))
+    async with discord_gateway(database_url, tmp_path, llm) as (gw, fake):
+        channel = fake.dm_channel(int(ANN["id"]))
+        other_bot = dc.user(5005, "otherbot", bot=True)
+        await fake.dispatch("MESSAGE_CREATE", dc.message(other_bot, channel, "beep"))
+        await fake.dispatch("MESSAGE_CREATE", dc.message(dc.BOT_USER, channel, "my own words"))
+        event = dc.message(ANN, channel, "say it once")
+        for _ in range(3):  # as a RESUME replays what the session had sent
+            await fake.dispatch("MESSAGE_CREATE", event)
+        await fake.wait_until(lambda f: len(f.texts(channel)) == 1)
+        stored = await eventually(lambda: _messages(gw), until=lambda ms: len(ms) >= 2)
+
+    assert [(m["role"], m["text"]) for m in stored] == [
+        ("user", "say it once"),
+        ("assistant", "only once"),
+    ]
+    assert len(llm.requests) == 1
+
+
+async def test_a_long_reply_with_code_arrives_in_order_in_parts_with_balanced_fences(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    code = "\n".join(f"    step({n})  # the {n}th step of the plan" for n in range(90))
+    prose = " ".join(f"Sentence number {n} explains a little more." for n in range(45))
+    reply = f"{prose}\n\n```python\n{code}\n```\n\nThat is all."
+    assert len(reply) > 5_000
+    llm.script(Reply(reply, pieces=10))
+    async with discord_gateway(database_url, tmp_path, llm) as (_, fake):
+        channel = fake.dm_channel(int(ANN["id"]))
+        await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, channel, "write me the plan"))
+        await fake.wait_until(lambda f: "That is all." in "".join(f.texts(channel)), seconds=30)
+        parts = fake.texts(channel)
+
+    assert len(parts) >= 3
+    assert all(len(part) <= 2000 for part in parts)
+    assert all(len(FENCE.findall(part)) % 2 == 0 for part in parts)
+    assert [s.nonce for s in fake.sent] == list(dict.fromkeys(s.nonce for s in fake.sent))
+    joined = FENCE_LINE.sub("", "\n".join(parts))
+    assert joined.split() == FENCE_LINE.sub("", reply).split()
+
+
+async def test_a_429_on_send_is_waited_out_and_the_reply_arrives_once(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Reply("after the limit"))
+    async with discord_gateway(database_url, tmp_path, llm) as (_, fake):
+        channel = fake.dm_channel(int(ANN["id"]))
+        limited = {"message": "You are being rate limited.", "retry_after": 0.3, "global": False}
+        # discord.py takes a 429 for Discord's own only with a Via header (else Cloudflare).
+        fake.fail_next_send.append((429, limited, {"Via": "1.1 google", "Retry-After": "1"}))
+        await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, channel, "hello?"))
+        await fake.wait_until(lambda f: len(f.texts(channel)) == 1, seconds=20)
+
+    assert fake.texts(channel) == ["after the limit"]
+
+
+async def test_an_unknown_dm_user_gets_a_pairing_code_and_is_not_answered(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with discord_gateway(database_url, tmp_path, llm, discord_policy="pairing") as (
+        gw,
+        fake,
+    ):
+        channel = fake.dm_channel(int(BEN["id"]))
+        await fake.dispatch("MESSAGE_CREATE", dc.message(BEN, channel, "let me in"))
+        await fake.wait_until(lambda f: len(f.texts(channel)) == 1)
+        stored = await _messages(gw)
+
+    assert re.search(r"\b[A-Z0-9]{6,}\b", fake.texts(channel)[0])  # the code to approve
+    assert stored == []
+    assert llm.requests == []
+
+
+async def test_discord_rejecting_the_token_stops_start_up_naming_the_setting(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with fake_discord() as fake:
+        values = discord_settings(fake) | {"discord_token": "not-the-token"}
+        app = create_app(make_settings(database_url, tmp_path, llm, **values))
+        tasks = asyncio.all_tasks()
+        with pytest.raises(ConfigError, match="PARLEY_DISCORD_TOKEN") as raised:
+            async with app.router.lifespan_context(app):
+                pass
+        leaked = {t for t in asyncio.all_tasks() - tasks if not t.done()}
+
+    assert "not-the-token" not in str(raised.value)
+    assert leaked == set()
