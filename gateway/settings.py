@@ -143,6 +143,10 @@ class Settings(BaseSettings):
     discord_token: SecretStr | None = None
     discord_api_url: str = "https://discord.com/api/v10"
     discord_gateway_url: str = "wss://gateway.discord.gg/"
+    # After a reconnect, messages missed in each chat read within this many hours are
+    # fetched from the chat's history (at most this many a chat, the newest).
+    discord_backfill_hours: float = Field(default=24.0, gt=0)
+    discord_backfill_messages: int = Field(default=100, ge=1, le=1000)
     whatsapp_token: SecretStr | None = None
     whatsapp_app_secret: SecretStr | None = None
     whatsapp_verify_token: SecretStr | None = None

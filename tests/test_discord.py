@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from connectors.discord import DiscordConnector
 from gateway.app import create_app
 from gateway.errors import ConfigError
 from tests.fakes import discord_api as dc
@@ -39,6 +40,11 @@ async def discord_gateway(
         async with running_gateway(settings) as gw:
             await fake.connected()
             yield gw, fake
+
+
+def _discord_connector(gw: Gateway) -> DiscordConnector:
+    (connector,) = (c for c in gw.services.connectors if isinstance(c, DiscordConnector))
+    return connector
 
 
 async def _messages(gw: Gateway) -> list[dict[str, Any]]:
@@ -197,3 +203,61 @@ async def test_discord_rejecting_the_token_stops_start_up_naming_the_setting(
 
     assert "not-the-token" not in str(raised.value)
     assert leaked == set()
+
+
+async def test_what_was_said_while_the_socket_was_down_is_answered_once_in_one_turn(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Reply("first answer"), Reply("guild answer"), Reply("one answer for all you missed"))
+    async with discord_gateway(database_url, tmp_path, llm) as (gw, fake):
+        dm = fake.dm_channel(int(ANN["id"]))
+        await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, dm, "first"))
+        await fake.wait_until(lambda f: len(f.texts(dm)) == 1)
+        # Ben talked to the bot in the guild once; then the connection drops.
+        mention = dc.message(BEN, CHAT, f"<@{dc.BOT_ID}> hi", guild=GUILD, mentions=[dc.BOT_USER])
+        await fake.dispatch("MESSAGE_CREATE", mention)
+        await fake.wait_until(lambda f: len(f.texts(CHAT)) == 1)
+        await eventually(lambda: _messages(gw), until=lambda ms: len(ms) == 4)
+        connector = _discord_connector(gw)
+        await asyncio.wait_for(connector.caught_up.wait(), 10)  # the session's own catch-up
+        released = fake.hold()
+        await fake.drop()
+        for text in ("missed one", "missed two", "missed three"):
+            fake.add_history(dc.message(ANN, dm, text))
+        fake.add_history(dc.message(BEN, CHAT, "chatter nobody asked the bot about", guild=GUILD))
+        released.set()  # the client resumes; the gateway replays nothing it never sent
+        await fake.wait_until(lambda f: len(f.texts(dm)) == 2, seconds=20)
+        stored = await _messages(gw)
+
+    assert fake.resumes == 1
+    assert fake.texts(dm) == ["first answer", "one answer for all you missed"]
+    assert fake.texts(CHAT) == ["guild answer"]  # the chatter missed is not for the bot
+    user_texts = [m["text"] for m in stored if m["role"] == "user"]
+    assert sorted(user_texts) == sorted(
+        ["first", "@Parley hi", "missed one", "missed two", "missed three"]
+    )
+    assert len(llm.requests) == 3  # first, the guild mention, and one turn for the three
+    assert all(t in str(llm.requests[2]["messages"]) for t in ("one", "two", "three"))
+
+
+async def test_a_fresh_install_replays_nothing(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with fake_discord([GUILD]) as fake:
+        dm = fake.dm_channel(int(ANN["id"]))
+        fake.add_history(dc.message(ANN, dm, "said before Parley was installed"))
+        fake.add_history(
+            dc.message(BEN, CHAT, f"<@{dc.BOT_ID}> old", guild=GUILD, mentions=[dc.BOT_USER])
+        )
+        values = discord_settings(fake, discord_policy="open")
+        async with running_gateway(make_settings(database_url, tmp_path, llm, **values)) as gw:
+            await fake.connected()
+            released = fake.hold()
+            await fake.drop()  # and a reconnect, for good measure
+            released.set()
+            await fake.connected()
+            stored = await _messages(gw)
+
+    assert stored == []
+    assert fake.history_requests == []  # no chat had a watermark to read after
+    assert fake.sent == []

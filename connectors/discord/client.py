@@ -16,6 +16,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import HTTPClient, Route
 
 MessageHandler = Callable[[discord.Message], Awaitable[None]]
+ConnectedHandler = Callable[[], Awaitable[None]]
 
 
 class _RebasedHTTP(HTTPClient):
@@ -36,14 +37,23 @@ class _RebasedHTTP(HTTPClient):
 
 
 class ParleyClient(discord.Client):
-    """Hands every message it sees to `on_message_received`; ignores everything else."""
+    """Hands every message it sees to `handler`, and says when a session starts or
+    resumes (`connected`: what was missed meanwhile is read then)."""
 
-    def __init__(self, *, api_url: str, gateway_url: str, handler: MessageHandler) -> None:
+    def __init__(
+        self,
+        *,
+        api_url: str,
+        gateway_url: str,
+        handler: MessageHandler,
+        connected: ConnectedHandler,
+    ) -> None:
         self._urls = {"api_url": api_url, "gateway_url": gateway_url}
         intents = discord.Intents.default()
         intents.message_content = True  # also switched on in the developer portal
         super().__init__(intents=intents)
         self._handler = handler
+        self._connected = connected
 
     def _get_state(self, **options: Any) -> Any:
         # Called by discord.Client.__init__ before anything holds its HTTP client.
@@ -52,3 +62,9 @@ class ParleyClient(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         await self._handler(message)
+
+    async def on_ready(self) -> None:
+        await self._connected()
+
+    async def on_resumed(self) -> None:
+        await self._connected()

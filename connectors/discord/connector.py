@@ -1,6 +1,13 @@
 """Discord: messages come over the gateway connection (held by one replica, the leader),
 replies go out over REST (from any replica).
 
+The gateway does not replay what was said while the bot was away. Each chat's
+watermark (the last message stored there) is kept in the database, and on every
+READY and RESUMED the history after it is read, newest first and bounded by count and
+age, and stored as live messages are (stored once: the message id is the key); a
+conversation with several missed messages gets one turn for them all. A chat never
+seen has no watermark: a fresh install replays nothing.
+
 DMs join the person's own conversation; a guild channel or thread is a group
 conversation, answered when the bot is mentioned or replied to. Each reply part carries
 a nonce made from the reply and the part, with `enforce_nonce`, so a part resent after a
@@ -12,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from datetime import timedelta
 
 import aiohttp
 import discord
@@ -21,7 +29,7 @@ from fastapi import APIRouter
 
 from connectors.discord.client import ParleyClient
 from connectors.discord.normalize import CHANNEL, normalize
-from gateway.channels.port import Capabilities, Gateway, Pace, Singleton
+from gateway.channels.port import Capabilities, Gateway, Pace, Place, Singleton
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError, Undeliverable
 from gateway.messages import ChatRef, Outbound
 from gateway.settings import Settings
@@ -59,13 +67,22 @@ class DiscordConnector:
         self._connection: asyncio.Task[None] | None = None
         self._leader: Singleton | None = None
         self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
+        self._backfill_within = timedelta(hours=settings.discord_backfill_hours)
+        self._backfill_messages = settings.discord_backfill_messages
+        self._catching_up = asyncio.Lock()
+        # Set when a catch-up has finished (readiness, and tests that need the session's
+        # first one behind them: discord.py says "ready" up to 2 s after READY).
+        self.caught_up = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self, core: Gateway) -> None:
         self.core = core
         client = ParleyClient(
-            api_url=self._api_url, gateway_url=self._gateway_url, handler=self.handle
+            api_url=self._api_url,
+            gateway_url=self._gateway_url,
+            handler=self.handle,
+            connected=self.catch_up,
         )
         self._client = client
         try:
@@ -114,7 +131,8 @@ class DiscordConnector:
     # -- intake -----------------------------------------------------------------------
 
     async def handle(self, message: discord.Message) -> None:
-        """A message seen on the gateway: stored (and its turn started) through the core."""
+        """A message seen on the gateway: stored (and its turn started) through the core,
+        then its chat's watermark moves past it."""
         inbound = normalize(message, self._me)
         if inbound is None:
             return
@@ -124,6 +142,40 @@ class DiscordConnector:
             pass  # the core has answered the person
         except InputError as exc:
             log.warning("a Discord message could not be stored", error=str(exc))
+        private = inbound.group_id is None
+        await self.core.read_up_to(CHANNEL, str(message.channel.id), message.id, private=private)
+
+    async def catch_up(self) -> None:
+        """Read what each known chat said since its watermark (a session began or
+        resumed) and store it; one catch-up at a time."""
+        async with self._catching_up:
+            for place in await self.core.places(CHANNEL, within=self._backfill_within):
+                try:
+                    missed = await self._missed(place)
+                except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+                    log.warning("could not read a Discord chat's history", error=str(exc))
+                    continue
+                if not missed:
+                    continue
+                inbounds = [normalize(m, self._me, private=place.private) for m in missed]
+                await self.core.backfill([i for i in inbounds if i is not None])
+                newest = max(m.id for m in missed)
+                await self.core.read_up_to(CHANNEL, place.place, newest, private=place.private)
+                log.info("read what a Discord chat said while away", messages=len(missed))
+            self.caught_up.set()
+
+    async def _missed(self, place: Place) -> list[discord.Message]:
+        """The newest messages after the watermark and within the age bound, oldest
+        first."""
+        client = self._ready_client()
+        oldest = self.core.clock.now() - self._backfill_within
+        channel = client.get_partial_messageable(int(place.place))
+        missed = []
+        async for message in channel.history(limit=self._backfill_messages):  # newest first
+            if message.id <= place.position or message.created_at < oldest:
+                break
+            missed.append(message)
+        return missed[::-1]
 
     # -- output -----------------------------------------------------------------------
 

@@ -9,14 +9,16 @@ from gateway.messages import Inbound
 CHANNEL = "discord"
 
 
-def normalize(message: discord.Message, me: int) -> Inbound | None:
+def normalize(message: discord.Message, me: int, *, private: bool | None = None) -> Inbound | None:
     """The inbound message, or None for what Parley ignores: bots (itself included),
-    system messages, and guild messages that do not speak to the bot."""
+    system messages, and guild messages that do not speak to the bot. `private` says
+    whether the chat is a DM where the message cannot (one read from history)."""
     if message.author.bot or message.author.id == me:
         return None
     if message.type not in (discord.MessageType.default, discord.MessageType.reply):
         return None
-    private = isinstance(message.channel, discord.DMChannel)
+    if private is None:
+        private = isinstance(message.channel, discord.DMChannel)
     if not private and not addressed(message, me):
         return None
     text, source = _content(message)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 
@@ -19,7 +20,7 @@ from gateway.channels.outbox import Outbox
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Received
 from gateway.clock import Clock
-from gateway.errors import AccessRefused
+from gateway.errors import AccessRefused, InputError
 from gateway.messages import ChatRef, Inbound
 from gateway.metrics import Metrics
 from gateway.text import clean_inbound
@@ -29,6 +30,7 @@ from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage
 from memory.storage.models import Delivery, Role
 from memory.storage.repositories import Repositories
+from memory.storage.watermarks import Place
 
 log = structlog.get_logger(__name__)
 
@@ -61,6 +63,7 @@ class Core:
         self._identities = repos.identities
         self._deliveries = repos.deliveries
         self._leases = repos.leases
+        self._watermarks = repos.watermarks
         self._leader_ttl = leader_ttl
         self._reply_poll_seconds = REPLY_POLL_SECONDS if replicas else None
         self.hub = hub
@@ -87,6 +90,35 @@ class Core:
         """Store a message and start its turn; `AccessRefused` (nothing stored) if the
         channel's policy does not let the sender in, once its answer is sent where the
         channel takes notices; `InputError` if it cannot be stored."""
+        received = await self._store(inbound)
+        if received.created and inbound.expects_reply:
+            self._runner.request(received.message.conversation_id)
+        return received
+
+    async def backfill(self, inbounds: Sequence[Inbound]) -> None:
+        """Store what came while nobody listened, then start one turn per conversation:
+        a turn started by the first would answer it alone."""
+        owed: dict[uuid.UUID, None] = {}
+        for inbound in inbounds:
+            try:
+                received = await self._store(inbound)
+            except (AccessRefused, InputError) as exc:  # the refused have been answered
+                log.info("skipped a message from a backfill", reason=type(exc).__name__)
+                continue
+            if received.created and inbound.expects_reply:
+                owed[received.message.conversation_id] = None
+        for conversation_id in owed:
+            self._runner.request(conversation_id)
+
+    async def read_up_to(self, channel: str, place: str, position: int, *, private: bool) -> None:
+        await self._watermarks.advance(
+            channel, place, position, private=private, now=self._clock.now()
+        )
+
+    async def places(self, channel: str, *, within: timedelta) -> list[Place]:
+        return await self._watermarks.recent(channel, since=self._clock.now() - within)
+
+    async def _store(self, inbound: Inbound) -> Received:
         inbound = clean_inbound(inbound)
         try:
             await self._policy.admit(inbound)
@@ -117,8 +149,6 @@ class Core:
         if created:
             self._metrics.inbound.labels(inbound.channel).inc()
             self.hub.message(message)
-            if inbound.expects_reply:
-                self._runner.request(conversation_id)
         return Received(message, ref, created)
 
     async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.clock import Clock
@@ -22,6 +23,7 @@ from gateway.turns.hub import Event
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Delivery
+from memory.storage.watermarks import Place
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -35,6 +37,7 @@ __all__ = [
     "Gateway",
     "IdentityRef",
     "Pace",
+    "Place",
     "Received",
     "Singleton",
     "StoredMessage",
@@ -89,6 +92,21 @@ class Gateway(Protocol):
         platform only after this returns. `AccessRefused` (nothing stored) if the
         channel's policy does not let the sender in: the core has already sent the
         answer where the channel takes notices. `InputError` if it cannot be stored."""
+        ...
+
+    async def backfill(self, inbounds: Sequence[Inbound]) -> None:
+        """Store messages that came while no connection heard them (a platform's history
+        after a reconnect), as `receive` would; each conversation then gets one turn
+        for all of its messages. Refused and unstorable ones are skipped."""
+        ...
+
+    async def read_up_to(self, channel: str, place: str, position: int, *, private: bool) -> None:
+        """Every message of `place` (a chat on the platform) up to `position` is stored,
+        or was seen and left alone; `private`: a direct chat with one person."""
+        ...
+
+    async def places(self, channel: str, *, within: timedelta) -> list[Place]:
+        """The chats of a channel read from within `within`, with how far each was read."""
         ...
 
     async def identity(

@@ -348,3 +348,22 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     holder: Mapped[str] = mapped_column(String(64))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# -- watermarks: how far a platform's history has been read ----------------------------
+
+
+class Watermark(Base):
+    """How far the history of one chat on a platform (a Discord channel, or a person's
+    DM channel) has been read: every message up to `position` (the platform's
+    increasing message id) is stored, or was seen and left alone. After a disconnect
+    the connector reads what came after it."""
+
+    __tablename__ = "watermarks"
+
+    channel: Mapped[str] = mapped_column(String(32), primary_key=True)
+    place: Mapped[str] = mapped_column(String(200), primary_key=True)
+    position: Mapped[int] = mapped_column(BigInteger)
+    # A direct chat with one person (DMs cannot be listed: this is how they are known).
+    private: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)

@@ -15,6 +15,7 @@ from memory.storage.leases import Leases
 from memory.storage.linking import Links
 from memory.storage.messages import Messages
 from memory.storage.pairing import Pairings
+from memory.storage.watermarks import Watermarks
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,7 @@ class Repositories:
     links: Links
     deliveries: Deliveries
     leases: Leases
+    watermarks: Watermarks
 
     @classmethod
     def open(
@@ -46,4 +48,5 @@ class Repositories:
             links=Links(sessions),
             deliveries=Deliveries(sessions),
             leases=Leases(sessions, now, holder=holder),
+            watermarks=Watermarks(sessions),
         )

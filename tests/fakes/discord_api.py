@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,11 +29,15 @@ BOT_ID = 900_000_000_000_000_001
 APPLICATION_ID = 900_000_000_000_000_002
 BOT_NAME = "parley"
 
-_snowflakes = itertools.count(1_100_000_000_000_000_000)
+DISCORD_EPOCH_MS = 1_420_070_400_000
+_last_snowflake = [0]
 
 
 def snowflake() -> str:
-    return str(next(_snowflakes))
+    """A new id, increasing, that says when it was made (as Discord's do)."""
+    made = (int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22
+    _last_snowflake[0] = max(made, _last_snowflake[0] + 1)
+    return str(_last_snowflake[0])
 
 
 def user(user_id: int, name: str = "ann", *, bot: bool = False) -> dict[str, Any]:
@@ -154,6 +159,11 @@ class FakeDiscord:
     identifies: int = 0
     # Set by a test: fail the next POST of a message with (status, body, headers).
     fail_next_send: list[tuple[int, dict[str, Any], dict[str, str]]] = field(default_factory=list)
+    # Each channel's messages as Discord keeps them (what a history request pages through).
+    history: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    history_requests: list[int] = field(default_factory=list)  # channel ids asked
+    resumes: int = 0
+    _held: asyncio.Event | None = None  # new connections wait for it before HELLO
     _sockets: list[WebSocket] = field(default_factory=list)
     _sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -177,6 +187,7 @@ class FakeDiscord:
                 Route(f"{api}/gateway/bot", self._gateway),
                 Route(f"{api}/users/@me/channels", self._open_dm, methods=["POST"]),
                 Route(f"{api}/channels/{{channel_id:int}}/messages", self._send, methods=["POST"]),
+                Route(f"{api}/channels/{{channel_id:int}}/messages", self._history),
                 Route(f"{api}/channels/{{channel_id:int}}/typing", self._typing, methods=["POST"]),
                 WebSocketRoute("/gateway", self._socket),
             ]
@@ -188,15 +199,40 @@ class FakeDiscord:
         """The DM channel between the bot and `user_id` (made on first use)."""
         return self._dm_channels.setdefault(user_id, int(snowflake()))
 
+    def add_history(self, data: dict[str, Any]) -> None:
+        """A message Discord kept while no gateway connection heard of it."""
+        self.history.setdefault(int(data["channel_id"]), []).append(data)
+
+    async def drop(self) -> None:
+        """Close the gateway connection as a network failure would (resumable)."""
+        async with self._changed:
+            sockets, self._sockets = self._sockets, []
+            self.identifies = self.resumes = 0
+        for websocket in sockets:
+            with contextlib.suppress(RuntimeError):
+                await websocket.close(code=4000)
+
+    def hold(self) -> asyncio.Event:
+        """New connections wait (no HELLO) until the returned event is set."""
+        self._held = asyncio.Event()
+        return self._held
+
     async def dispatch(self, event: str, data: dict[str, Any]) -> None:
-        """Send a gateway event to the connected client."""
+        """Send a gateway event to the connected client (a message is kept in its
+        channel's history too, once)."""
         await self.connected()
+        kept = self.history.get(int(data.get("channel_id", 0)), [])
+        if event == "MESSAGE_CREATE" and data not in kept:
+            self.add_history(data)
         await self._send_frame(
             self._sockets[-1], {"op": 0, "t": event, "s": next(self._sequence), "d": data}
         )
 
     async def connected(self, seconds: float = 10.0) -> None:
-        await self.wait_until(lambda fake: bool(fake._sockets) and fake.identifies > 0, seconds)
+        """Until a client has identified (or resumed) on a connection."""
+        await self.wait_until(
+            lambda fake: bool(fake._sockets) and fake.identifies + fake.resumes > 0, seconds
+        )
 
     async def wait_until(
         self, condition: Callable[[FakeDiscord], bool], seconds: float = 10.0
@@ -259,10 +295,27 @@ class FakeDiscord:
         sent = Sent(
             channel_id, body.get("content", ""), body.get("nonce"), body.get("message_reference")
         )
+        created = message(BOT_USER, channel_id, sent.content)
         async with self._changed:
             self.sent.append(sent)
+            self.add_history(created)
             self._changed.notify_all()
-        return JSONResponse(message(BOT_USER, channel_id, sent.content))
+        return JSONResponse(created)
+
+    async def _history(self, request: Request) -> Response:
+        """`GET /channels/{id}/messages`: newest first, `limit` (1-100, default 50) before
+        or after a message id; REST message objects carry no guild_id or member."""
+        channel_id = int(request.path_params["channel_id"])
+        self.history_requests.append(channel_id)
+        limit = min(int(request.query_params.get("limit", 50)), 100)
+        before, after = request.query_params.get("before"), request.query_params.get("after")
+        kept = sorted(self.history.get(channel_id, []), key=lambda m: int(m["id"]), reverse=True)
+        if before is not None:
+            kept = [m for m in kept if int(m["id"]) < int(before)]
+        if after is not None:
+            kept = [m for m in kept if int(m["id"]) > int(after)][-limit:]
+        rest = [{k: v for k, v in m.items() if k not in ("guild_id", "member")} for m in kept]
+        return JSONResponse(rest[:limit])
 
     async def _typing(self, request: Request) -> Response:
         self.typing.append(int(request.path_params["channel_id"]))
@@ -272,6 +325,8 @@ class FakeDiscord:
 
     async def _socket(self, websocket: WebSocket) -> None:
         await websocket.accept()
+        if self._held is not None:
+            await self._held.wait()
         await self._send_frame(
             websocket, {"op": 10, "d": {"heartbeat_interval": 41_250}, "s": None, "t": None}
         )
@@ -314,6 +369,13 @@ class FakeDiscord:
             async with self._changed:
                 self._sockets.append(websocket)
                 self.identifies += 1
+                self._changed.notify_all()
+        elif op == 6:  # resume: nothing was sent after the client's last seq to replay
+            resumed = {"op": 0, "t": "RESUMED", "s": next(self._sequence), "d": {}}
+            await self._send_frame(websocket, resumed)
+            async with self._changed:
+                self._sockets.append(websocket)
+                self.resumes += 1
                 self._changed.notify_all()
 
     async def _send_frame(self, websocket: WebSocket, frame: dict[str, Any]) -> None:
