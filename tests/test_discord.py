@@ -261,3 +261,49 @@ async def test_a_fresh_install_replays_nothing(
     assert stored == []
     assert fake.history_requests == []  # no chat had a watermark to read after
     assert fake.sent == []
+
+
+async def test_linking_a_discord_dm_with_a_web_chat_visitor_merges_their_histories(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with discord_gateway(database_url, tmp_path, llm) as (gw, fake):
+        token, _ = await gw.visitor()
+        await gw.send(token, "My cat is called Tom.")
+        answer = (await gw.send(token, "/link")).json()["reply"]["text"]
+        code = re.search(r"link code is ([A-Z0-9]{8})", answer)
+        assert code is not None, answer
+        dm = fake.dm_channel(int(ANN["id"]))
+        await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, dm, f"/link {code.group(1)}"))
+        await fake.wait_until(lambda f: len(f.texts(dm)) == 1)
+        await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, dm, "What is my cat called?"))
+        await fake.wait_until(lambda f: len(f.texts(dm)) == 2)
+        sessions = (await gw.http.get("/api/v1/sessions", headers=ADMIN)).json()["sessions"]
+
+    assert fake.texts(dm)[0].startswith("Linked")
+    assert "My cat is called Tom." in str(llm.requests[-1]["messages"])
+    assert len(sessions) == 1
+    assert fake.typing  # "typing…" showed in the DM while the turn ran
+    assert set(fake.typing) == {dm}
+
+
+async def test_one_replica_holds_the_gateway_connection_and_another_takes_over(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    fast = {"turn_lease_seconds": 3}  # leader leases too: a takeover within a second
+    async with fake_discord([GUILD]) as fake, contextlib.AsyncExitStack() as first:
+        values = discord_settings(fake, discord_policy="open", **fast)
+        await first.enter_async_context(
+            running_gateway(make_settings(database_url, tmp_path / "a", llm, **values))
+        )
+        await fake.connected()
+        async with running_gateway(make_settings(database_url, tmp_path / "b", llm, **values)):
+            assert fake.identifies == 1  # the second replica left the connection alone
+            dm = fake.dm_channel(int(ANN["id"]))
+            await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, dm, "to whoever listens"))
+            await fake.wait_until(lambda f: len(f.texts(dm)) == 1)
+            await first.aclose()  # the replica that held it stops
+            await fake.wait_until(lambda f: f.identifies == 2, seconds=30)
+            await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, dm, "still there?"))
+            await fake.wait_until(lambda f: len(f.texts(dm)) == 2)
+
+    assert len(llm.requests) == 2
