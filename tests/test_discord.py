@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from connectors.discord import DiscordConnector
 from gateway.app import create_app
@@ -307,3 +308,24 @@ async def test_one_replica_holds_the_gateway_connection_and_another_takes_over(
             await fake.wait_until(lambda f: len(f.texts(dm)) == 2)
 
     assert len(llm.requests) == 2
+
+
+async def test_a_refused_message_content_intent_is_logged_naming_the_portal_switch(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with fake_discord() as fake:
+        fake.refuse_message_content = True
+        values = discord_settings(fake, discord_policy="open")
+        with structlog.testing.capture_logs() as logs:
+            async with running_gateway(make_settings(database_url, tmp_path, llm, **values)):
+                await eventually(
+                    lambda: _errors(logs), until=lambda errors: bool(errors), seconds=20
+                )
+
+    (error,) = await _errors(logs)
+    assert "Message Content Intent" in error["event"]
+    assert dc.TOKEN not in str(logs)
+
+
+async def _errors(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
+    return [line for line in logs if line["log_level"] == "error"]

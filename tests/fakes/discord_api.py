@@ -28,6 +28,7 @@ TOKEN = "ODk5.fake-discord-bot-token.0123456789"
 BOT_ID = 900_000_000_000_000_001
 APPLICATION_ID = 900_000_000_000_000_002
 BOT_NAME = "parley"
+MESSAGE_CONTENT = 1 << 15  # the privileged gateway intent
 
 DISCORD_EPOCH_MS = 1_420_070_400_000
 _last_snowflake = [0]
@@ -163,6 +164,8 @@ class FakeDiscord:
     history: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     history_requests: list[int] = field(default_factory=list)  # channel ids asked
     resumes: int = 0
+    # As Discord does when the portal's Message Content Intent switch is off.
+    refuse_message_content: bool = False
     _held: asyncio.Event | None = None  # new connections wait for it before HELLO
     _sockets: list[WebSocket] = field(default_factory=list)
     _sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -344,6 +347,8 @@ class FakeDiscord:
         op = frame.get("op")
         if op == 1:  # heartbeat
             await self._send_frame(websocket, {"op": 11, "d": None, "s": None, "t": None})
+        elif op == 2 and self.refuse_message_content and frame["d"]["intents"] & MESSAGE_CONTENT:
+            await websocket.close(code=4014)  # Disallowed intent(s)
         elif op == 2:  # identify
             ready = {
                 "v": 10,
