@@ -64,7 +64,7 @@ async def test_a_dm_gets_one_reply_in_its_dm_channel(
     async with discord_gateway(database_url, tmp_path, llm) as (gw, fake):
         channel = fake.dm_channel(int(ANN["id"]))
         await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, channel, "hi there"))
-        await fake.wait_until(lambda f: len(f.texts(channel)) == 1)
+        await fake.wait_until(lambda f: len(f.texts(channel)) == 1 and f.heartbeats > 0)
         stored = await eventually(
             lambda: _messages(gw), until=lambda ms: ms[-1]["delivery"] == "sent"
         )
@@ -76,6 +76,7 @@ async def test_a_dm_gets_one_reply_in_its_dm_channel(
     ]
     assert fake.sent[0].nonce is not None  # Discord drops a resend of the same part
     assert fake.sent[0].reference is None  # a DM answer is plain
+    assert fake.heartbeats >= 1  # the connection was kept alive, and acknowledged
 
 
 async def test_in_a_guild_only_mentions_and_replies_to_the_bot_are_answered(

@@ -164,6 +164,9 @@ class FakeDiscord:
     history: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     history_requests: list[int] = field(default_factory=list)  # channel ids asked
     resumes: int = 0
+    heartbeats: int = 0
+    # Short, so heartbeats flow during a test (Discord's is about 41 s).
+    heartbeat_interval_ms: int = 250
     # As Discord does when the portal's Message Content Intent switch is off.
     refuse_message_content: bool = False
     _held: asyncio.Event | None = None  # new connections wait for it before HELLO
@@ -331,7 +334,13 @@ class FakeDiscord:
         if self._held is not None:
             await self._held.wait()
         await self._send_frame(
-            websocket, {"op": 10, "d": {"heartbeat_interval": 41_250}, "s": None, "t": None}
+            websocket,
+            {
+                "op": 10,
+                "d": {"heartbeat_interval": self.heartbeat_interval_ms},
+                "s": None,
+                "t": None,
+            },
         )
         try:
             while True:
@@ -346,6 +355,9 @@ class FakeDiscord:
     async def _on_frame(self, websocket: WebSocket, frame: dict[str, Any]) -> None:
         op = frame.get("op")
         if op == 1:  # heartbeat
+            async with self._changed:
+                self.heartbeats += 1
+                self._changed.notify_all()
             await self._send_frame(websocket, {"op": 11, "d": None, "s": None, "t": None})
         elif op == 2 and self.refuse_message_content and frame["d"]["intents"] & MESSAGE_CONTENT:
             await websocket.close(code=4014)  # Disallowed intent(s)
