@@ -191,6 +191,7 @@ async def test_status_reading_below_summaries_and_transcript_files(
         conversation_id = uuid.UUID(conversation)
         for number in range(1, 41):
             await _fill(gw, token, 1, start=number)
+            await gw.services.runner.idle()  # chunks are cut after the answer
             await queue.idle()
         archive = gw.services.archive
         chunks = await archive.chunks(conversation_id)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import update
 
@@ -111,8 +111,19 @@ def _replies_with_code(draw: st.DrawFn) -> str:
     return "\n\n".join(blocks)
 
 
+# Found by CI: a block opening late in a part was cut mid-line.
+CUT_MID_LINE = (
+    "```\na\na\na\na\na\na\na\na\na\na\na\na\na a\na a a\na a a\na a\na\na a a a\na\na\na\na a a\na\na a a\na "
+    "a a\n```\n\na.\n\n```\na\na\na\na\na\na\na\na a\na\na\na a a a\na a a a\na a a a\na a a a\na a\na\na a"
+    "\na a a gfbé🙂geag\na a\na a e🙂gcgacja a\n      a 🙂bdhjcaéh\nieejd🙂 g🙂ébc🙂j🙂g\na a a\n  "
+    " jacch fagf fjdaccc éf🙂h\n🙂fe if a cbgé🙂gébe\n     dbd gcfidfé🙂h dfec\n```\n\n```\n   "
+    " ggéi🙂dfeé dabadhieg gfgc bgfchéjia\n```\n\n```\na\n```\n\na.\n\na."
+)
+
+
 @settings(max_examples=300, deadline=None)
 @given(text=_replies_with_code(), limit=st.integers(80, 400))
+@example(text=CUT_MID_LINE, limit=80)
 def test_split_code_blocks_close_and_reopen_and_keep_every_line(text: str, limit: int) -> None:
     parts = split_text(text, limit, utf16_length)
 

@@ -29,6 +29,7 @@ from fastapi import APIRouter
 
 from connectors.discord.client import ParleyClient
 from connectors.discord.normalize import CHANNEL, normalize
+from gateway.backoff import full_jitter
 from gateway.channels.port import Capabilities, Gateway, Pace, Place, Singleton
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError, Undeliverable
 from gateway.messages import ChatRef, Outbound
@@ -41,6 +42,8 @@ MAX_CHARS = 2000
 CHANNEL_INTERVAL = 1.0
 BOT_INTERVAL = 0.02
 TYPING_SECONDS = 8.0  # a typing indicator shows for 10 s
+RECONNECT_BASE_SECONDS = 1.0
+RECONNECT_MAX_SECONDS = 60.0
 PORTAL_SWITCH = (
     "Discord refused the message content intent: switch on 'Message Content Intent' under "
     "Bot → Privileged Gateway Intents in the developer portal"
@@ -110,15 +113,33 @@ class DiscordConnector:
         self._connection = asyncio.create_task(self._run(self._client), name="discord:gateway")
 
     async def _run(self, client: ParleyClient) -> None:
-        try:
-            if client.user is None:  # Discord was unreachable at start
-                await client.login(self._token)
-                self._me = client.user.id if client.user is not None else 0
-            await client.connect(reconnect=True)
-        except discord.PrivilegedIntentsRequired:
-            log.error(PORTAL_SWITCH)
-        except discord.LoginFailure:
-            log.error("invalid setting PARLEY_DISCORD_TOKEN: Discord rejected the bot token")
+        """Hold the connection. discord.py reconnects and resumes by itself; what it
+        gives up on (Discord unreachable at start, a close it cannot handle) is tried
+        again here with backoff, unless retrying cannot help."""
+        failures = 0
+        while True:
+            try:
+                if client.user is None:  # Discord was unreachable at start
+                    await client.login(self._token)
+                    self._me = client.user.id if client.user is not None else 0
+                await client.connect(reconnect=True)
+                return  # closed on purpose
+            except discord.PrivilegedIntentsRequired:
+                log.error(PORTAL_SWITCH)
+                return
+            except discord.LoginFailure:
+                log.error("invalid setting PARLEY_DISCORD_TOKEN: Discord rejected the bot token")
+                return
+            except (
+                discord.HTTPException,
+                discord.ConnectionClosed,
+                aiohttp.ClientError,
+                OSError,
+            ) as exc:
+                failures += 1
+                wait = full_jitter(failures, RECONNECT_BASE_SECONDS, RECONNECT_MAX_SECONDS)
+                log.warning("lost the Discord gateway connection", error=str(exc), seconds=wait)
+                await asyncio.sleep(wait)
 
     async def _disconnect(self) -> None:
         if self._connection is not None:

@@ -53,7 +53,10 @@ def split_text(text: str, limit: int, measure: Measure = len) -> list[str]:
         if budget < max(2, 2 * measure(rest[:reopened])):
             budget, reserve, reopened = limit, 0, 0  # too tight for fences: plain cuts
         window = max(_longest_prefix(rest, budget, measure), reopened + 1)
-        cut, resume = _cut(rest, window, reopened)
+        # Inside code only a line break is a boundary, however early: a cut mid-line
+        # would break the line in two.
+        in_code = bool(reserve) and _open_fence(rest[:window]) is not None
+        cut, resume = _cut(rest, window, reopened, lines_only=in_code)
         part = rest[:cut].rstrip()
         still_open = _open_fence(part) if reserve else None
         if (
@@ -112,9 +115,13 @@ def _longest_prefix(text: str, limit: int, measure: Measure) -> int:
     return low
 
 
-def _cut(text: str, window: int, keep: int = 0) -> tuple[int, int]:
+def _cut(text: str, window: int, keep: int = 0, *, lines_only: bool = False) -> tuple[int, int]:
     """Where the part ends and where the next one starts; never within the first `keep`
-    characters."""
+    characters. With `lines_only`, at the last line break if there is one."""
+    if lines_only:
+        line_end = text.rfind("\n", keep + 1, window + 1)
+        if line_end > keep:
+            return line_end, line_end + 1
     for boundary in _BOUNDARIES:
         last = None
         for match in boundary.finditer(text, keep, window + 1):

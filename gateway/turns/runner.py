@@ -168,6 +168,12 @@ class TurnRunner:
         if not waiters:
             self._waiters.pop(conversation_id, None)
 
+    async def idle(self) -> None:
+        """Until no turn runs in this process, the work after each reply (the archive's
+        cut) included: a waiting request has its answer before that (tests, benchmarks)."""
+        while self._loops:
+            await asyncio.wait(list(self._loops.values()))
+
     async def close(self, deadline: float) -> None:
         """Stop taking turns, let running ones finish within `deadline` s, cancel the rest.
 

@@ -102,6 +102,7 @@ async def settle_extraction(gw: Gateway, conversation_id: uuid.UUID) -> None:
     assert isinstance(queue, EmbeddedQueue)
 
     async def done() -> bool:
+        await gw.services.runner.idle()
         await queue.idle()
         chunks = await gw.services.archive.chunks(conversation_id)
         return bool(chunks) and not await gw.services.archive.chunks_to_extract()
