@@ -7,7 +7,8 @@ Instead this client's own HTTP client rewrites the two prefixes on the way out.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aiohttp
@@ -15,6 +16,9 @@ import discord
 from discord.gateway import DiscordWebSocket
 from discord.http import HTTPClient, Route
 
+from gateway.tasks import finish_or_cancel
+
+EVENTS_DEADLINE_SECONDS = 5.0
 MessageHandler = Callable[[discord.Message], Awaitable[None]]
 ConnectedHandler = Callable[[], Awaitable[None]]
 
@@ -54,17 +58,37 @@ class ParleyClient(discord.Client):
         super().__init__(intents=intents)
         self._handler = handler
         self._connected = connected
+        self._events: set[asyncio.Task[Any]] = set()  # handlers discord.py has started
 
     def _get_state(self, **options: Any) -> Any:
         # Called by discord.Client.__init__ before anything holds its HTTP client.
         self.http = _RebasedHTTP(self, **self._urls)
         return super()._get_state(**options)
 
+    def _schedule_event(
+        self,
+        coro: Callable[..., Coroutine[Any, Any, Any]],
+        event_name: str,
+        *args: Any,
+        **kwargs: Any,
+    ) -> asyncio.Task[Any]:
+        task = super()._schedule_event(coro, event_name, *args, **kwargs)
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+        return task
+
+    async def close(self) -> None:
+        """Close, and let the event handlers discord.py started finish (a message being
+        stored) or, after a few seconds, cancel them: none is left behind."""
+        await super().close()
+        await finish_or_cancel(list(self._events), EVENTS_DEADLINE_SECONDS)
+
     async def on_message(self, message: discord.Message) -> None:
         await self._handler(message)
 
-    async def on_ready(self) -> None:
-        await self._connected()
-
-    async def on_resumed(self) -> None:
-        await self._connected()
+    async def on_socket_event_type(self, event_type: str) -> None:
+        # At the gateway's READY or RESUMED itself: discord.py's own "ready" comes up to
+        # 2 s later, after the guild cache fills (not needed here), and can fire after
+        # `close()`.
+        if event_type in ("READY", "RESUMED"):
+            await self._connected()

@@ -74,7 +74,7 @@ class DiscordConnector:
         self._backfill_messages = settings.discord_backfill_messages
         self._catching_up = asyncio.Lock()
         # Set when a catch-up has finished (readiness, and tests that need the session's
-        # first one behind them: discord.py says "ready" up to 2 s after READY).
+        # first one behind them).
         self.caught_up = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------
