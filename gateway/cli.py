@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, BinaryIO, NoReturn
 
 import typer
 
 from gateway.errors import ParleyError
 from gateway.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+    from memory.portable.imports import ImportCounts
 
 app = typer.Typer(help="Parley: one never-ending conversation per person, on every channel.")
 
@@ -140,6 +149,116 @@ def pairing_approve(code: Annotated[str, typer.Argument(help="The code the perso
         typer.echo(asyncio.run(approve(settings, code)))
     except (ParleyError, SchemaOutOfDate) as exc:
         _fail(str(exc))
+
+
+# -- a person's data: export and import (NDJSON, memory.portable.format) ---------------
+
+
+@app.command("export")
+def export_person(
+    user_id: Annotated[str, typer.Argument(help="The person's id (GET /api/v1/users).")],
+) -> None:
+    """Write everything of a person as NDJSON to standard output.
+
+    `parley export ID > file.ndjson`; progress goes to standard error."""
+    from memory.portable.export import NoSuchUser
+    from memory.storage.schema import SchemaOutOfDate
+
+    settings = _settings()
+    try:
+        person = uuid.UUID(user_id)
+    except ValueError:
+        _fail(f"{user_id!r} is not a person's id")
+    try:
+        asyncio.run(_export(settings, person, sys.stdout.buffer))
+    except NoSuchUser:
+        _fail(f"there is no person with the id {person}")
+    except (ParleyError, SchemaOutOfDate) as exc:
+        _fail(str(exc))
+    except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
+        sys.stderr.close()
+
+
+@app.command("import")
+def import_file(
+    file: Annotated[
+        Path, typer.Argument(help="An export (`parley export`).", exists=True, dir_okay=False)
+    ],
+) -> None:
+    """Import a person's data from an export (`parley export`).
+
+    It goes to the person one of its identities belongs to here, or to a new one;
+    importing a file again duplicates nothing."""
+    from memory.portable.imports import ExportFormatError, ImportConflict
+    from memory.storage.schema import SchemaOutOfDate
+
+    settings = _settings()
+    try:
+        with file.open("rb") as handle:
+            counts = asyncio.run(_import(settings, handle, file.stat().st_size))
+    except (ExportFormatError, ImportConflict) as exc:
+        _fail(f"{file}: {exc}")
+    except (ParleyError, SchemaOutOfDate) as exc:
+        _fail(str(exc))
+    typer.echo(f"imported into person {counts.user_id}{' (new)' if counts.user_created else ''}")
+    for name in ("identities", "chunks", "messages", "profile_lines", "retired_facts"):
+        tally = getattr(counts, name)
+        typer.echo(f"{name}: {tally.created} created, {tally.skipped} already here")
+    typer.echo(f"transcript_files: {counts.transcript_files} written")
+    if counts.conflicts:
+        typer.echo(
+            f"parley: {counts.conflicts} rows of the file were not imported: this database "
+            "holds something else in their place",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
+@contextlib.asynccontextmanager
+async def _database(settings: Settings) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    from memory.storage.engine import create_engine, session_factory
+    from memory.storage.schema import prepare
+
+    engine = create_engine(settings.resolved_database_url)
+    try:
+        await prepare(engine, migrate_embedded=settings.is_sqlite)
+        yield session_factory(engine)
+    finally:
+        await engine.dispose()
+
+
+async def _export(settings: Settings, user_id: uuid.UUID, out: BinaryIO) -> None:
+    from memory.portable.export import Exports
+
+    async with _database(settings) as sessions:
+        lines = Exports(sessions).export_user(user_id, now=datetime.now(UTC))
+        header = await anext(lines)  # NoSuchUser before anything is written
+        out.write(header.encode())
+        counts = json.loads(header)["counts"]
+        total = sum(n for name, n in counts.items() if name != "transcripts")
+        with typer.progressbar(length=total, label="exporting", file=sys.stderr) as bar:
+            async for line in lines:
+                out.write(line.encode())
+                bar.update(1)
+        out.flush()
+
+
+async def _import(settings: Settings, handle: BinaryIO, size: int) -> ImportCounts:
+    from gateway.text import clean
+    from memory.portable.imports import Imports
+
+    async with _database(settings) as sessions:
+        imports = Imports(sessions, clean=clean, archive_dir=settings.data_dir / "archive")
+        with typer.progressbar(length=size, label="importing", file=sys.stderr) as bar:
+            return await imports.import_lines(_lines(handle, bar.update), now=datetime.now(UTC))
+
+
+def _lines(handle: BinaryIO, advance: Callable[[int], object]) -> Iterator[str]:
+    """The file's lines, split at line feeds only (the format escapes every other line
+    break), invalid UTF-8 replaced; `advance` is told the bytes read."""
+    for raw in handle:
+        advance(len(raw))
+        yield raw.decode("utf-8", "replace")
 
 
 def main() -> None:

@@ -20,11 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.channels.core import Core
 from gateway.channels.delivery import DeliveryLoop, RetryPolicy
 from gateway.channels.linking import Linking
+from gateway.channels.operator_messages import OperatorMessages
 from gateway.channels.outbox import Outbox
 from gateway.channels.pacing import Pacing
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Connector
 from gateway.channels.registry import enabled_connectors
+from gateway.channels.rights import PersonalRights
 from gateway.clock import Clock, SystemClock
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
@@ -33,6 +35,7 @@ from gateway.llm.base import Usage
 from gateway.metrics import Metrics
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
+from gateway.text import clean
 from gateway.turns.commands import Commands
 from gateway.turns.hub import Hub
 from gateway.turns.leases import ConversationLeases
@@ -41,6 +44,8 @@ from gateway.turns.profile_commands import register_profile_commands
 from gateway.turns.runner import TurnLimits, TurnRunner
 from gateway.turns.status import register_status
 from memory.archive.archive import Archive
+from memory.portable.export import Exports
+from memory.portable.imports import Imports
 from memory.profile.profiles import Profiles
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.files import private_dir, tighten
@@ -56,6 +61,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 TURN_SWEEP = "sweep:turns"
+# Transcript files, under the data dir: an export of the archive, not its truth.
+ARCHIVE_DIR = "archive"
 
 
 @dataclass
@@ -76,6 +83,10 @@ class Services:
     llm: LLMProvider
     connectors: list[Connector]
     metrics: Metrics
+    operator_messages: OperatorMessages
+    linking: Linking
+    exports: Exports
+    imports: Imports
     # Events to and from the other replicas (with Redis only).
     fanout: RedisFanout | None
 
@@ -94,7 +105,11 @@ class Services:
         engine = create_engine(settings.resolved_database_url)
         sessions = session_factory(engine)
         repos = Repositories.open(
-            sessions, count_tokens=message_tokens, now=clock.now, holder=_replica_name(settings)
+            sessions,
+            count_tokens=message_tokens,
+            now=clock.now,
+            holder=_replica_name(settings),
+            archive_dir=settings.data_dir / ARCHIVE_DIR,
         )
         metrics = Metrics()
         llm = llm or build_provider(settings, on_usage=partial(_count_usage, metrics))
@@ -131,12 +146,21 @@ class Services:
             ),
             commands=commands,
             memory=ArchiveMemory(
-                archive, profiles, queue.enqueue, clock, settings.data_dir / "archive"
+                archive, profiles, queue.enqueue, clock, settings.data_dir / ARCHIVE_DIR
             ),
             presence=outbox.working,
             metrics=metrics,
         )
-        Linking(repos=repos, runner=runner, clock=clock).register(commands)
+        linking = Linking(repos=repos, runner=runner, clock=clock)
+        linking.register(commands)
+        PersonalRights(
+            rights=repos.rights,
+            conversations=repos.conversations,
+            erase=repos.erasure.erase_user,
+            outbox=outbox,
+            clock=clock,
+            public_url=settings.public_url,
+        ).register(commands)
         register_status(commands, archive, repos.deliveries, profiles)
         register_profile_commands(commands, repos.conversations, profiles, clock)
         core = Core(
@@ -168,6 +192,12 @@ class Services:
             llm=llm,
             connectors=connectors,
             metrics=metrics,
+            operator_messages=OperatorMessages(
+                repos.messages, outbox, hub, clock, llm, settings.llm_max_reply_tokens
+            ),
+            linking=linking,
+            exports=Exports(sessions),
+            imports=Imports(sessions, clean=clean, archive_dir=settings.data_dir / ARCHIVE_DIR),
             fanout=_fanout(settings, hub),
         )
 

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from gateway.settings import load_settings
 from memory.storage.engine import create_engine
 from memory.storage.models import Base
+from memory.storage.schema import compared
 
 config = context.config
 target_metadata = Base.metadata
@@ -25,6 +26,7 @@ def _run(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=compared,
     )
     with context.begin_transaction():
         context.run_migrations()

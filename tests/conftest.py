@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from memory.storage.engine import create_engine
 from tests.fakes.llm_server import FakeLLM, fake_llm
 from tests.support import databases
+from tests.support.world import World, build_world
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +36,16 @@ def database_url(request: pytest.FixtureRequest, _sqlite_template: Path, tmp_pat
 async def llm() -> AsyncIterator[FakeLLM]:
     async with fake_llm() as server:
         yield server
+
+
+@pytest.fixture
+async def world(database_url: str, tmp_path: Path) -> AsyncIterator[World]:
+    """Two people, a group, an archive and profiles to erase and export."""
+    engine = create_engine(database_url)
+    try:
+        yield await build_world(engine, tmp_path)
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture

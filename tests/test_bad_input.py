@@ -61,7 +61,7 @@ async def test_bad_text_numbers_and_tokens_get_422_or_401_and_store_nothing(
             "/webchat/messages", params={"after_seq": TOO_BIG}, headers=auth
         )
         pages = [
-            await gw.http.get("/api/v1/sessions", params={"offset": TOO_BIG}, headers=ADMIN),
+            await gw.http.get("/api/v1/sessions", params={"limit": TOO_BIG}, headers=ADMIN),
             await gw.http.get(
                 f"/api/v1/sessions/{conversation}/messages",
                 params={"after_seq": TOO_BIG},

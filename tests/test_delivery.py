@@ -445,9 +445,13 @@ async def test_pending_replies_come_with_their_trigger_and_chat(database_url: st
     finally:
         await engine.dispose()
 
-    assert [(p.reply.id, p.trigger.seq, p.trigger.platform_message_id) for p in everything] == (
-        pending
-    )
+    triggers = [p.trigger for p in everything]
+    assert all(t is not None for t in triggers)
+    assert [
+        (p.reply.id, t.seq, t.platform_message_id)
+        for p, t in zip(everything, triggers, strict=True)
+        if t is not None
+    ] == pending
     assert [(p.external_user_id, p.group_id) for p in everything] == [("42", None), ("42", "-1001")]
     assert [p.reply.id for p in second_page] == [pending[1][0]]
 

@@ -49,11 +49,11 @@ def _discord_connector(gw: Gateway) -> DiscordConnector:
 
 
 async def _messages(gw: Gateway) -> list[dict[str, Any]]:
-    sessions = (await gw.http.get("/api/v1/sessions", headers=ADMIN)).json()["sessions"]
+    sessions = (await gw.http.get("/api/v1/sessions", headers=ADMIN)).json()["items"]
     found: list[dict[str, Any]] = []
     for session in sessions:
         url = f"/api/v1/sessions/{session['id']}/messages"
-        found += (await gw.http.get(url, headers=ADMIN)).json()["messages"]
+        found += (await gw.http.get(url, headers=ADMIN)).json()["items"]
     return found
 
 
@@ -279,7 +279,7 @@ async def test_linking_a_discord_dm_with_a_web_chat_visitor_merges_their_histori
         await fake.wait_until(lambda f: len(f.texts(dm)) == 1)
         await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, dm, "What is my cat called?"))
         await fake.wait_until(lambda f: len(f.texts(dm)) == 2)
-        sessions = (await gw.http.get("/api/v1/sessions", headers=ADMIN)).json()["sessions"]
+        sessions = (await gw.http.get("/api/v1/sessions", headers=ADMIN)).json()["items"]
 
     assert fake.texts(dm)[0].startswith("Linked")
     assert "My cat is called Tom." in str(llm.requests[-1]["messages"])

@@ -4,11 +4,13 @@ Every operation the document lists is called with data generated from its schema
 valid data with the right bearer token (the operator's for `/api/v1`, a visitor's for
 the web chat), invalid data with the right token, and valid data with whatever
 `Authorization` header the generator makes up. No call may get a 5xx or make the
-server log an error, and the gateway must be healthy afterwards.
+server log an error, no answer to valid data may break its own documented schema, and
+the gateway must be healthy afterwards.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,11 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import given
+from hypothesis import strategies as st
 from schemathesis import APIOperation, Case, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
+from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from tests.support.fuzz.limits import examples
 from tests.support.fuzz.server import FuzzServer, fuzz_server
@@ -33,11 +37,57 @@ OPERATIONS = {
     "GET /readyz",
     "GET /metrics",
     "GET /api/v1/sessions",
+    "GET /api/v1/sessions/{session_id}",
+    "PATCH /api/v1/sessions/{session_id}",
+    "DELETE /api/v1/sessions/{session_id}",
     "GET /api/v1/sessions/{session_id}/messages",
+    "POST /api/v1/sessions/{session_id}/messages",
+    "GET /api/v1/sessions/{session_id}/search",
+    "GET /api/v1/sessions/{session_id}/timeline",
+    "GET /api/v1/chunks/{chunk_id}",
+    "POST /api/v1/chunks/{chunk_id}/resummarize",
+    "GET /api/v1/users/{user_id}/profile",
+    "PATCH /api/v1/users/{user_id}/profile",
+    "GET /api/v1/users/{user_id}/retired-facts",
+    "GET /api/v1/users",
+    "GET /api/v1/users/{user_id}",
+    "POST /api/v1/users/{user_id}/merge",
+    "DELETE /api/v1/identities/{identity_id}",
+    "DELETE /api/v1/users/{user_id}",
+    "GET /api/v1/users/{user_id}/export",
+    "POST /api/v1/import",
+    "GET /api/v1/pairing",
+    "POST /api/v1/pairing/{code}/approve",
+    "POST /api/v1/pairing/{code}/reject",
+    "GET /api/v1/jobs",
+    "POST /api/v1/jobs/{job_id}/retry",
+    "GET /api/v1/deliveries",
+    "POST /api/v1/deliveries/{message_id}/retry",
     "POST /webchat/sessions",
     "POST /webchat/messages",
     "GET /webchat/messages",
 }
+
+
+# Exports are NDJSON: lines of JSON objects (sometimes with a real header), or bytes.
+_RECORD = st.dictionaries(
+    st.sampled_from(["type", "format", "version", "text", "seq", "channel"]),
+    st.one_of(st.text(max_size=20), st.integers(), st.none()),
+    max_size=6,
+)
+_HEADER = st.builds(
+    lambda version: {"format": "parley-export", "version": version, "counts": {}},
+    st.integers(min_value=-1, max_value=3),
+)
+schemathesis.openapi.media_type(
+    "application/x-ndjson",
+    st.one_of(
+        st.binary(max_size=500),
+        st.lists(st.one_of(_HEADER, _RECORD), max_size=6).map(
+            lambda rows: "\n".join(json.dumps(row) for row in rows).encode()
+        ),
+    ),
+)
 
 
 @pytest.fixture
@@ -72,7 +122,10 @@ def _run(
         response = case.call(base_url=server.url, timeout=30)
         if response.status_code >= 500:
             raise server.failure(f"{response.status_code} for {_describe(case)}")
-        case.validate_response(response, checks=[not_a_server_error])
+        checks: list[Any] = [not_a_server_error]
+        if mode is GenerationMode.POSITIVE:
+            checks.append(response_schema_conformance)
+        case.validate_response(response, checks=checks)
         server.assert_no_errors(_describe(case))
 
     call()

@@ -12,11 +12,19 @@ from sqlalchemy.engine import Connection
 
 from memory.storage.engine import create_engine
 from memory.storage.models import Base
-from memory.storage.schema import alembic_config, current_revision, head_revision, migrate
+from memory.storage.schema import (
+    alembic_config,
+    compared,
+    current_revision,
+    head_revision,
+    migrate,
+)
 
 
 def _differences(connection: Connection) -> list[Any]:
-    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    context = MigrationContext.configure(
+        connection, opts={"compare_type": True, "include_name": compared}
+    )
     return list(compare_metadata(context, Base.metadata))
 
 

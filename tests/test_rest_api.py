@@ -17,7 +17,8 @@ async def test_rest_api_is_off_without_an_admin_token(
     async with running_gateway(settings) as gw:
         response = await gw.http.get("/api/v1/sessions", headers=ADMIN)
     assert response.status_code == 503
-    assert "PARLEY_ADMIN_TOKEN" in response.json()["detail"]
+    assert response.json()["error"]["code"] == "unavailable"
+    assert "PARLEY_ADMIN_TOKEN" in response.json()["error"]["message"]
 
 
 async def test_rest_api_refuses_wrong_tokens(
@@ -37,32 +38,32 @@ async def test_sessions_and_their_messages(database_url: str, tmp_path: Path, ll
         await gw.visitor()  # a second, empty session
 
         listing = (await gw.http.get("/api/v1/sessions", headers=ADMIN)).json()
-        first = (
-            await gw.http.get(
-                f"/api/v1/sessions/{conversation_id}/messages",
-                params={"limit": 1},
-                headers=ADMIN,
-            )
-        ).json()
+        url = f"/api/v1/sessions/{conversation_id}/messages"
+        first = (await gw.http.get(url, params={"limit": 1}, headers=ADMIN)).json()
         rest = (
-            await gw.http.get(
-                f"/api/v1/sessions/{conversation_id}/messages",
-                params={"after_seq": first["next_after_seq"]},
-                headers=ADMIN,
-            )
+            await gw.http.get(url, params={"cursor": first["next_cursor"]}, headers=ADMIN)
+        ).json()
+        last = (await gw.http.get(url, params={"before_seq": 3, "limit": 1}, headers=ADMIN)).json()
+        earlier = (
+            await gw.http.get(url, params={"cursor": last["next_cursor"]}, headers=ADMIN)
         ).json()
         missing = await gw.http.get(
             "/api/v1/sessions/00000000-0000-0000-0000-000000000000/messages", headers=ADMIN
         )
 
-    assert listing["sessions"][0]["id"] == conversation_id
-    assert len(listing["sessions"]) == 2
-    assert listing["sessions"][0]["message_count"] == 2
-    assert [m["text"] for m in first["messages"]] == ["for the operator"]
-    assert [m["role"] for m in rest["messages"]] == ["assistant"]
-    assert rest["messages"][0]["delivery"] == "sent"
-    assert rest["next_after_seq"] is None
+    # Newest first: the empty session was made last.
+    assert [s["message_count"] for s in listing["items"]] == [0, 2]
+    assert listing["items"][1]["id"] == conversation_id
+    assert listing["next_cursor"] is None
+    assert [m["text"] for m in first["items"]] == ["for the operator"]
+    assert [m["role"] for m in rest["items"]] == ["assistant"]
+    assert rest["items"][0]["delivery"] == "sent"
+    assert rest["next_cursor"] is None
+    assert [m["seq"] for m in last["items"]] == [2]
+    assert [m["seq"] for m in earlier["items"]] == [1]
+    assert earlier["next_cursor"] is None
     assert missing.status_code == 404
+    assert missing.json() == {"error": {"code": "not_found", "message": "no such session"}}
 
 
 async def test_probes(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from datetime import timedelta
 
 from gateway.clock import Clock
@@ -69,8 +70,14 @@ class Linking:
         self._clock = clock
 
     def register(self, commands: Commands) -> None:
-        commands.register("link", self.link)
-        commands.register("unlink", self.unlink)
+        commands.register(
+            "link",
+            self.link,
+            "/link — a code to join this chat with your other ones (/link CODE to use one)",
+        )
+        commands.register(
+            "unlink", self.unlink, "/unlink — give this chat a conversation of its own again"
+        )
 
     async def link(self, invocation: Invocation) -> str:
         identity_id = invocation.message.identity_id
@@ -110,3 +117,18 @@ class Linking:
             f"Unlinked: this {invocation.message.channel} chat starts a conversation of its "
             "own from now on. What you said before stays with your other chats."
         )
+
+    async def merge(self, survivor_user: uuid.UUID, absorbed_user: uuid.UUID) -> bool:
+        """An operator's merge of two people, their turns held meanwhile; `TimeoutError`
+        if a turn would not let go in time."""
+        conversations = await self._links.personal_conversations(survivor_user, absorbed_user)
+        async with contextlib.AsyncExitStack() as held:
+            async with asyncio.timeout(GUARD_WAIT_SECONDS):
+                # In id order, so two merges of the same pair never wait on each other.
+                for conversation_id in conversations:
+                    await held.enter_async_context(self._runner.guard(conversation_id))
+            merged = await self._links.merge_users(survivor_user, absorbed_user)
+        # What either of them left unanswered is the merged conversation's to answer.
+        for conversation_id in await self._links.personal_conversations(survivor_user):
+            self._runner.request(conversation_id)
+        return merged

@@ -47,7 +47,14 @@ class Outbox:
             chat = await self.chat_of(trigger)
         await self._submit(reply, trigger, chat)
 
-    async def _submit(self, reply: StoredMessage, trigger: StoredMessage, chat: ChatRef) -> None:
+    async def send_unprompted(self, message: StoredMessage, chat: ChatRef) -> None:
+        """Send a stored message that answers nothing (an operator's) to `chat`."""
+        if not self.delivered_by_storing(message.channel):
+            await self._submit(message, None, chat)
+
+    async def _submit(
+        self, reply: StoredMessage, trigger: StoredMessage | None, chat: ChatRef
+    ) -> None:
         sender = self._senders.get(reply.channel)
         if sender is None:
             await self._deliveries.attempt_failed(
@@ -59,9 +66,9 @@ class Outbox:
             channel=reply.channel,
             external_user_id=chat.external_user_id,
             text=reply.text,
-            reply_to_platform_id=trigger.platform_message_id,
+            reply_to_platform_id=None if trigger is None else trigger.platform_message_id,
             group_id=chat.group_id,
-            reply_to_sent_at=trigger.sent_at,
+            reply_to_sent_at=None if trigger is None else trigger.sent_at,
         )
         await self._delivery.submit(outbound, sender)
 
@@ -96,19 +103,20 @@ class Outbox:
         async with typing_while(sender, await self.chat_of(trigger), interval):
             yield
 
-    async def resume(self) -> None:
-        """Submit every stored reply still to send: after a restart, those a crash kept
-        from going out; on any replica, those of a replica that died, or that waited
-        for a lane another replica worked. Each lane is worked by one replica."""
+    async def resume(self, only: int | None = None) -> None:
+        """Submit every stored reply still to send (`only`: that one message): after a
+        restart, those a crash kept from going out; on any replica, those of a replica
+        that died, or that waited for a lane another replica worked. Each lane is
+        worked by one replica."""
         after_id = 0
-        while page := await self._messages.pending_replies(after_id=after_id):
+        while page := await self._messages.pending_replies(after_id=after_id, only=only):
             for pending in page:
                 trigger = pending.trigger
                 chat = ChatRef(
-                    channel=trigger.channel,
+                    channel=pending.reply.channel,
                     external_user_id=pending.external_user_id,
                     group_id=pending.group_id,
-                    platform_message_id=trigger.platform_message_id,
+                    platform_message_id=None if trigger is None else trigger.platform_message_id,
                 )
                 await self._submit(pending.reply, trigger, chat)
             after_id = page[-1].reply.id

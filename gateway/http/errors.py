@@ -12,9 +12,13 @@ from typing import Any
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from gateway.errors import AuthError, InputError, RateLimited
+from gateway.http.problems import ApiError, body
 from gateway.text import clean
+
+OPERATOR_API = "/api/"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -22,6 +26,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(InputError, _unprocessable)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RateLimited, _too_many)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(HTTPException, _http_error)
 
 
 def retry_after_header(seconds: float) -> str:
@@ -50,15 +56,48 @@ async def _unauthorized(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _unprocessable(_: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+async def _unprocessable(request: Request, exc: Exception) -> JSONResponse:
+    if _operator_api(request):
+        return JSONResponse(body(422, str(exc)), status.HTTP_422_UNPROCESSABLE_CONTENT)
+    # The shape FastAPI documents for every 422: a list of what was wrong.
+    problem = {"loc": ["body"], "msg": str(exc), "type": "value_error"}
+    return JSONResponse({"detail": [problem]}, status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
-async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return JSONResponse(
-        {"detail": validation_errors(exc.errors())}, status.HTTP_422_UNPROCESSABLE_CONTENT
-    )
+    fields = validation_errors(exc.errors())
+    if _operator_api(request):
+        return JSONResponse(
+            body(422, _summary(fields), fields=fields), status.HTTP_422_UNPROCESSABLE_CONTENT
+        )
+    return JSONResponse({"detail": fields}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def _summary(fields: list[dict[str, Any]]) -> str:
+    first = fields[0] if fields else {"loc": [], "msg": "invalid request"}
+    where = ".".join(str(part) for part in first["loc"])
+    more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
+    return f"{where}: {first['msg']}{more}" if where else f"{first['msg']}{more}"
+
+
+async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return JSONResponse(body(exc.status, exc.message, code=exc.code), exc.status, exc.headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own errors (unknown route, method): the operator API's shape under
+    `/api/`, FastAPI's elsewhere."""
+    assert isinstance(exc, HTTPException)
+    if _operator_api(request):
+        message = exc.detail if isinstance(exc.detail, str) else "request refused"
+        return JSONResponse(body(exc.status_code, message), exc.status_code, exc.headers)
+    return JSONResponse({"detail": exc.detail}, exc.status_code, exc.headers)
+
+
+def _operator_api(request: Request) -> bool:
+    return request.url.path.startswith(OPERATOR_API)
 
 
 async def _too_many(_: Request, exc: Exception) -> JSONResponse:

@@ -36,9 +36,19 @@ Handler = Callable[[Invocation], Awaitable[str]]
 class Commands:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._usage: dict[str, str] = {}
+        self.register("help", self._help, "/help — what you can ask the gateway itself")
 
-    def register(self, name: str, handler: Handler) -> None:
+    def register(self, name: str, handler: Handler, usage: str) -> None:
+        """`usage`: the line `/help` shows for the command."""
         self._handlers[name.lower()] = handler
+        self._usage[name.lower()] = usage
+
+    async def _help(self, _: Invocation) -> str:
+        lines = [self._usage[name] for name in sorted(self._usage) if name != "help"]
+        return "Commands (answered by the gateway, not the assistant):\n" + "\n".join(
+            [*lines, self._usage["help"]]
+        )
 
     def parse(self, message: StoredMessage) -> Invocation | None:
         """The command a typed message invokes, if it is one we know."""

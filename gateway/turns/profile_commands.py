@@ -46,8 +46,12 @@ def register_profile_commands(
             "They are out of your profile; a record is kept in your retired facts."
         )
 
-    commands.register("profile", show)
-    commands.register("forget", forget)
+    commands.register(
+        "profile", show, "/profile — what I remember about you (/profile sources: where from)"
+    )
+    commands.register(
+        "forget", forget, "/forget WORDS — drop the facts about you that mention them"
+    )
 
 
 def _where(sources: Sources) -> str:

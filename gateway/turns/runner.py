@@ -137,8 +137,9 @@ class TurnRunner:
         self._presence = presence or _no_presence
         # Per-conversation locks held by a loop's step, or by `guard()` from outside.
         self._guards: dict[uuid.UUID, tuple[asyncio.Lock, int]] = {}
-        # Conversations a command merged into another (linking): their loops end.
-        self._merged: set[uuid.UUID] = set()
+        # Conversations a command merged into another (linking) or erased: their
+        # loops end.
+        self._ended: set[uuid.UUID] = set()
         self._loops: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._again: set[uuid.UUID] = set()
         self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage]]]] = {}
@@ -220,7 +221,7 @@ class TurnRunner:
                 # found it taken: answering it is ours, unless that replica is faster.
                 # One stored here meanwhile has set `_again` (this loop was still
                 # registered), whatever the read below saw.
-                if self._closing or conversation_id in self._merged:
+                if self._closing or conversation_id in self._ended:
                     return
                 if not await self._owed(conversation_id):
                     return
@@ -233,7 +234,7 @@ class TurnRunner:
             log.exception("turn loop failed", conversation_id=str(conversation_id))
         finally:
             self._loops.pop(conversation_id, None)
-            self._merged.discard(conversation_id)
+            self._ended.discard(conversation_id)
 
     async def _rounds(self, conversation_id: uuid.UUID) -> None:
         # A loop starts because a message arrived: the first round goes straight to the
@@ -241,7 +242,7 @@ class TurnRunner:
         # or one after a message came in here meanwhile. What other replicas stored
         # meanwhile is asked after releasing the lease (`_loop`), once.
         known_owed = True
-        while not self._closing and conversation_id not in self._merged:
+        while not self._closing and conversation_id not in self._ended:
             if not known_owed and conversation_id not in self._again:
                 return
             self._again.discard(conversation_id)
@@ -295,11 +296,16 @@ class TurnRunner:
         # A command may move its own message: `/link CODE` merges this conversation
         # into another. The answer follows the message, and that conversation's
         # turns take over from here.
-        trigger = await self._messages.message_by_id(invocation.message.id) or invocation.message
+        trigger = await self._messages.message_by_id(invocation.message.id)
+        if trigger is None:
+            # `/erase CODE` erased the conversation, this message with it; the command
+            # said so itself, and there is nothing left to answer.
+            self._ended.add(state.conversation_id)
+            return
         moved = trigger.conversation_id != state.conversation_id
         held = None if moved else self._leases.held(state.conversation_id)
         if moved:
-            self._merged.add(state.conversation_id)
+            self._ended.add(state.conversation_id)
             state = replace(state, conversation_id=trigger.conversation_id)
         await self._finish(state, trigger, answer, held)
         if moved:

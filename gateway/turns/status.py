@@ -32,7 +32,7 @@ def register_status(
             )
         return "\n".join(lines)
 
-    commands.register("status", status)
+    commands.register("status", status, "/status — how this conversation and its archive stand")
 
 
 def describe(status: ArchiveStatus) -> str:

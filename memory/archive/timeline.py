@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory.archive.reads import ChunkView, chunk_view
@@ -47,12 +47,13 @@ async def visible_rows(
     session: AsyncSession, roots: list[Any], swapped: set[int] | None = None
 ) -> list[ChunkView]:
     """Ready rows in the timeline: roots, and the children of unfinished parents."""
-    unfinished = [r.id for r in roots if r.status != ChunkStatus.READY and r.level > 0]
+    unfinished = [r.id for r in roots if not _summarised(r) and r.level > 0]
     children = (
         list(
             await session.execute(
                 select(*TIMELINE_COLUMNS).where(
-                    Chunk.parent_id.in_(unfinished), Chunk.status == ChunkStatus.READY
+                    Chunk.parent_id.in_(unfinished),
+                    or_(Chunk.status == ChunkStatus.READY, Chunk.summary.is_not(None)),
                 )
             )
         )
@@ -63,7 +64,12 @@ async def visible_rows(
     shown = [
         row
         for row in roots + children
-        if row.status == ChunkStatus.READY
-        and (row.level > 0 or row.in_timeline or row.id in swapped)
+        if _summarised(row) and (row.level > 0 or row.in_timeline or row.id in swapped)
     ]
     return [chunk_view(row) for row in sorted(shown, key=lambda r: r.seq_start)]
+
+
+def _summarised(row: Any) -> bool:
+    """Has a summary to show: ready, or being summarised again (an operator asked) and
+    showing the old summary until the new one replaces it."""
+    return row.status == ChunkStatus.READY or row.summary is not None

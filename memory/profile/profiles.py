@@ -151,6 +151,22 @@ class Profiles:
             rows = await session.scalars(query.order_by(RetiredFact.id))
             return [RetiredView(r.text, r.reason, r.retired_at, _load(r.evidence)) for r in rows]
 
+    async def retired_page(
+        self, user_id: uuid.UUID, *, after_id: int, limit: int
+    ) -> list[tuple[int, RetiredView]]:
+        """Retired facts with their ids, oldest first, a page at a time."""
+        query = (
+            select(RetiredFact)
+            .where(RetiredFact.user_id == user_id, RetiredFact.id > after_id)
+            .order_by(RetiredFact.id)
+            .limit(limit)
+        )
+        async with self._sessions() as session:
+            return [
+                (r.id, RetiredView(r.text, r.reason, r.retired_at, _load(r.evidence)))
+                for r in await session.scalars(query)
+            ]
+
     # -- tidy scheduling ---------------------------------------------------------------
 
     async def tidy_due(self, user_id: uuid.UUID, now: datetime, over_chars: int) -> bool:

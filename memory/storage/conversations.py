@@ -140,12 +140,12 @@ class Conversations:
             query = query.where(Conversation.user_id == user_id)
         async with self._sessions() as session:
             rows = (await session.scalars(query.limit(limit).offset(offset))).all()
-        return [_conversation_view(row) for row in rows]
+        return [conversation_view(row) for row in rows]
 
     async def get_conversation(self, conversation_id: uuid.UUID) -> ConversationView | None:
         async with self._sessions() as session:
             row = await session.get(Conversation, conversation_id)
-        return None if row is None else _conversation_view(row)
+        return None if row is None else conversation_view(row)
 
     async def personal_owner(self, conversation_id: uuid.UUID) -> uuid.UUID | None:
         """The person whose own conversation this is; None for a group."""
@@ -223,7 +223,7 @@ class Conversations:
         return group_id
 
 
-def _conversation_view(row: Conversation) -> ConversationView:
+def conversation_view(row: Conversation) -> ConversationView:
     return ConversationView(
         id=row.id,
         kind=row.kind,

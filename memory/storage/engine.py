@@ -51,12 +51,18 @@ def _private_database(path: Path) -> None:
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # synchronous=NORMAL in WAL mode survives an application crash; an OS crash or power
     # loss can lose the last few commits (documented in the README).
+    # secure_delete: freed space is zeroed, so an erased person's text leaves the file
+    # (memory.storage.erasure). On every connection, not only the erasing one: a row
+    # rewritten by an update (a chunk getting its summary) frees the old copy, and that
+    # copy must not linger in a free page either. It costs a write of each page freed,
+    # which happens rarely here (rows are mostly appended and updated in place).
     cursor = dbapi_connection.cursor()
     for pragma in (
         "journal_mode=WAL",
         "synchronous=NORMAL",
         "busy_timeout=10000",
         "foreign_keys=ON",
+        "secure_delete=ON",
     ):
         cursor.execute(f"PRAGMA {pragma}")
     cursor.close()

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.codes import new_code, normalise_code
 from memory.storage.inserts import insert_or_skip
-from memory.storage.models import Chunk, Conversation, Identity, LinkCode, Message, Role
+from memory.storage.models import Chunk, Conversation, Identity, LinkCode, Message, Role, User
 
 _CREATE_ATTEMPTS = 3
 
@@ -130,6 +130,39 @@ class Links:
             )
             await session.commit()
             return LinkCheck(LinkStatus.LINKED, check.survivor, check.issuer_channel)
+
+    async def merge_users(self, survivor_user: uuid.UUID, absorbed_user: uuid.UUID) -> bool:
+        """Attach every identity of `absorbed_user` to `survivor_user` and merge their
+        conversations, as a redeemed link code does (an operator's merge); False if
+        either person is gone or they are one already."""
+        if survivor_user == absorbed_user:
+            return False
+        async with self._sessions() as session:
+            survivor = await session.scalar(
+                select(Conversation.id).where(Conversation.user_id == survivor_user)
+            )
+            absorbed = await session.scalar(select(User.id).where(User.id == absorbed_user))
+            if survivor is None or absorbed is None:
+                return False
+            await _merge_people(
+                session,
+                survivor_user=survivor_user,
+                survivor=survivor,
+                absorbed_user=absorbed_user,
+                answering_message_id=0,  # no message is being answered: time order only
+            )
+            await session.commit()
+        return True
+
+    async def personal_conversations(self, *users: uuid.UUID) -> list[uuid.UUID]:
+        async with self._sessions() as session:
+            return list(
+                await session.scalars(
+                    select(Conversation.id)
+                    .where(Conversation.user_id.in_(users))
+                    .order_by(Conversation.id)
+                )
+            )
 
 
 async def _check(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
@@ -60,8 +60,9 @@ class PendingReply:
     """A reply still to send, the message it answers, and the chat it goes to."""
 
     reply: StoredMessage
-    trigger: StoredMessage
-    external_user_id: str  # the trigger's author on its platform ('' if none)
+    # None for a message sent unprompted (an operator's): it answers nothing.
+    trigger: StoredMessage | None
+    external_user_id: str  # the trigger's author (or the unprompted message's addressee)
     group_id: str | None  # the platform group, for a group conversation
 
 
@@ -237,9 +238,11 @@ class Messages:
             )
         return found or "webchat"
 
-    async def pending_replies(self, *, after_id: int = 0, limit: int = 500) -> list[PendingReply]:
+    async def pending_replies(
+        self, *, after_id: int = 0, limit: int = 500, only: int | None = None
+    ) -> list[PendingReply]:
         """Replies still to send, with where they go, a page at a time by id (one query
-        a page: the sweep reads them every few seconds)."""
+        a page: the sweep reads them every few seconds); `only`: that one message."""
         trigger = aliased(Message)
         query = (
             select(
@@ -249,28 +252,92 @@ class Messages:
                 Conversation.kind,
                 Conversation.group_id,
             )
-            .join(
+            .outerjoin(
                 trigger,
                 (trigger.conversation_id == Message.conversation_id)
                 & (trigger.seq == Message.reply_to_seq),
             )
             .join(Conversation, Conversation.id == Message.conversation_id)
-            .outerjoin(Identity, Identity.id == trigger.identity_id)
+            # A reply goes to its trigger's author; an unprompted message names its
+            # addressee itself.
+            .outerjoin(
+                Identity, Identity.id == func.coalesce(trigger.identity_id, Message.identity_id)
+            )
             .where(Message.delivery == Delivery.PENDING, Message.id > after_id)
             .order_by(Message.id)
             .limit(limit)
         )
+        if only is not None:
+            query = query.where(Message.id == only)
         async with self._sessions() as session:
             return [_pending(row) for row in await session.execute(query)]
+
+    async def last_from(
+        self, conversation_id: uuid.UUID, channel: str | None
+    ) -> StoredMessage | None:
+        """The newest message a person typed into the conversation (on `channel`)."""
+        query = (
+            select(*MESSAGE_COLUMNS)
+            .where(
+                Message.conversation_id == conversation_id,
+                Message.role == Role.USER,
+                Message.identity_id.is_not(None),
+            )
+            .order_by(Message.seq.desc())
+            .limit(1)
+        )
+        if channel is not None:
+            query = query.where(Message.channel == channel)
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        return None if row is None else message_view(row)
+
+    async def messages_before(
+        self, conversation_id: uuid.UUID, before_seq: int, limit: int
+    ) -> list[StoredMessage]:
+        """The `limit` messages just before `before_seq`, oldest first."""
+        query = (
+            select(*MESSAGE_COLUMNS)
+            .where(Message.conversation_id == conversation_id, Message.seq < before_seq)
+            .order_by(Message.seq.desc())
+            .limit(limit)
+        )
+        async with self._sessions() as session:
+            return [message_view(row) for row in await session.execute(query)][::-1]
+
+    async def failed_deliveries(self, *, after_id: int, limit: int) -> list[StoredMessage]:
+        """Messages the platform would not take, after retries, a page at a time by id."""
+        query = (
+            select(*MESSAGE_COLUMNS)
+            .where(Message.delivery == Delivery.FAILED, Message.id > after_id)
+            .order_by(Message.id)
+            .limit(limit)
+        )
+        async with self._sessions() as session:
+            return [message_view(row) for row in await session.execute(query)]
+
+    async def send_again(self, message_id: int) -> bool:
+        """Make a failed delivery pending again, from its first unsent part; False if
+        the message is not a failed delivery."""
+        async with self._sessions() as session:
+            changed = await session.scalar(
+                update(Message)
+                .where(Message.id == message_id, Message.delivery == Delivery.FAILED)
+                .values(delivery=Delivery.PENDING, delivery_attempts=0, delivery_error=None)
+                .returning(Message.id)
+            )
+            await session.commit()
+        return changed is not None
 
 
 def _pending(row: Any) -> PendingReply:
     """A row of `pending_replies`: the reply's columns, the trigger's, then the chat's."""
     width = len(MESSAGE_COLUMNS)
     external_id, kind, group_id = row[2 * width :]
+    trigger = row[width : 2 * width]
     return PendingReply(
         reply=StoredMessage(*row[:width]),
-        trigger=StoredMessage(*row[width : 2 * width]),
+        trigger=None if trigger[0] is None else StoredMessage(*trigger),
         external_user_id=external_id or "",
         group_id=group_id if kind == ConversationKind.GROUP else None,
     )

@@ -367,3 +367,56 @@ class Watermark(Base):
     # A direct chat with one person (DMs cannot be listed: this is how they are known).
     private: Mapped[bool] = mapped_column(Boolean, default=False)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+# -- idempotency: operators' POSTs answered once ---------------------------------------
+
+
+class IdempotentRequest(Base):
+    """A POST made with an `Idempotency-Key`: what it asked and what it was answered,
+    so a replay gets the first answer on whichever replica it lands."""
+
+    __tablename__ = "idempotent_requests"
+
+    # SHA-256 of the key as sent: any header text fits, none is stored.
+    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # SHA-256 of method, path and body: the same key with another request is refused.
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    response: Mapped[str | None] = mapped_column(Text)
+    # The conversation or person the answer is about: an erasure takes the answers
+    # with it (they may quote what the person said).
+    subject: Mapped[uuid.UUID | None] = mapped_column(Uuid, index=True)
+    # While the first request runs, a replay is told it is in progress; a process that
+    # died with it lets the claim lapse.
+    claimed_until: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+# -- a person's own rights: their export, their erasure --------------------------------
+
+
+class ExportLink(Base):
+    """A one-time link to a person's own export (`/export`), valid for a day."""
+
+    __tablename__ = "export_links"
+
+    # SHA-256 of the token in the link: the database never holds a usable link.
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ErasureCode(Base):
+    """The code `/erase` answers with; `/erase CODE` within minutes erases the person."""
+
+    __tablename__ = "erasure_codes"
+
+    code: Mapped[str] = mapped_column(String(16), primary_key=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -160,3 +160,19 @@ class Pairings:
             row.approved_at = now
             await session.commit()
             return Approval.APPROVED, _pairing(row)
+
+    async def reject_pairing(self, code: str) -> Pairing | None:
+        """Forget a request nobody approved; the person gets a new code if they write
+        again (within the channel's cap). None if no such request waits."""
+        async with self._sessions() as session:
+            row = await session.scalar(
+                select(PairingRequest).where(
+                    PairingRequest.code == normalise_code(code),
+                    PairingRequest.approved_at.is_(None),
+                )
+            )
+            if row is None:
+                return None
+            await session.delete(row)
+            await session.commit()
+            return _pairing(row)

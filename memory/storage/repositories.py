@@ -5,17 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import Conversations
 from memory.storage.deliveries import Deliveries
+from memory.storage.directory import Directory
+from memory.storage.erasure import Erasure
+from memory.storage.idempotency import IdempotencyKeys
 from memory.storage.identities import Identities
 from memory.storage.leases import Leases
 from memory.storage.linking import Links
 from memory.storage.messages import Messages
 from memory.storage.pairing import Pairings
+from memory.storage.rights import Rights
+from memory.storage.search import Search
 from memory.storage.watermarks import Watermarks
+from memory.storage.work import Work
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +35,12 @@ class Repositories:
     deliveries: Deliveries
     leases: Leases
     watermarks: Watermarks
+    idempotency: IdempotencyKeys
+    search: Search
+    directory: Directory
+    work: Work
+    erasure: Erasure
+    rights: Rights
 
     @classmethod
     def open(
@@ -37,9 +50,11 @@ class Repositories:
         count_tokens: Callable[[str], int],
         now: Callable[[], datetime],
         holder: str | None = None,
+        archive_dir: Path | None = None,
     ) -> Repositories:
         """`count_tokens` is stored with each message; `now` is the clock leases read;
-        `holder` names this process in leases (None: a name of its own)."""
+        `holder` names this process in leases (None: a name of its own);
+        `archive_dir` holds the transcript files erasure removes (None: none are kept)."""
         return cls(
             messages=Messages(sessions, count_tokens=count_tokens),
             conversations=Conversations(sessions),
@@ -49,4 +64,10 @@ class Repositories:
             deliveries=Deliveries(sessions),
             leases=Leases(sessions, now, holder=holder),
             watermarks=Watermarks(sessions),
+            idempotency=IdempotencyKeys(sessions),
+            search=Search(sessions),
+            directory=Directory(sessions),
+            work=Work(sessions),
+            erasure=Erasure(sessions, archive_dir=archive_dir),
+            rights=Rights(sessions),
         )

@@ -6,12 +6,14 @@ from pathlib import Path
 
 from alembic.command import upgrade
 from alembic.config import Config
+from alembic.runtime.environment import NameFilterParentNames, NameFilterType
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import migrations
+from memory.storage.search import is_search_object
 
 
 class SchemaOutOfDate(Exception):
@@ -32,6 +34,13 @@ def alembic_config(url: str | None = None) -> Config:
     if url:
         config.set_main_option("sqlalchemy.url", url)
     return config
+
+
+def compared(name: str | None, type_: NameFilterType, parent_names: NameFilterParentNames) -> bool:
+    """Whether Alembic's autogenerate compares this database object with the models
+    (its `include_name` hook): not search's FTS5 tables, their shadow tables and its
+    expression indexes, which migration 0008 makes and no model describes."""
+    return name is None or not is_search_object(name)
 
 
 def head_revision() -> str:

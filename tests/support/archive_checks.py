@@ -10,7 +10,7 @@ from typing import Any
 from gateway.jobs.queue import EmbeddedQueue
 from gateway.services import Services
 from memory.archive.reads import ChunkView
-from tests.support.harness import Gateway
+from tests.support.harness import ADMIN_TOKEN, Gateway
 from tests.support.polling import eventually
 
 ARCHIVE_ROW = re.compile(r"\(archive #(\d+), level \d+\)")
@@ -108,3 +108,24 @@ async def settle_extraction(gw: Gateway, conversation_id: uuid.UUID) -> None:
         return bool(chunks) and not await gw.services.archive.chunks_to_extract()
 
     await eventually(done, until=bool, seconds=30)
+
+
+async def archived(
+    gw: Gateway, token: str, conversation: str, words: str = ""
+) -> list[dict[str, Any]]:
+    """Send marked messages (with `words`) until the archive has a ready row; the
+    timeline's rows, read through the operator API."""
+    queue = gw.services.queue
+    assert isinstance(queue, EmbeddedQueue)
+    for number in range(1, 400):
+        text = marked_text(number, 120) + (f" {words}" if words else "")
+        assert (await gw.send(token, text)).status_code == 200
+        await gw.services.runner.idle()
+        await queue.idle()
+        rows = await gw.http.get(
+            f"/api/v1/sessions/{conversation}/timeline",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        )
+        if rows.json()["rows"]:
+            return list(rows.json()["rows"])
+    raise AssertionError("nothing was archived")

@@ -49,7 +49,7 @@ class Platforms:
     async def sessions(self) -> list[dict[str, Any]]:
         response = await self.gw.http.get("/api/v1/sessions", headers=ADMIN)
         assert response.status_code == 200, response.text
-        sessions: list[dict[str, Any]] = response.json()["sessions"]
+        sessions: list[dict[str, Any]] = response.json()["items"]
         return sessions
 
     async def messages(self, session_id: str) -> list[dict[str, Any]]:
@@ -57,7 +57,7 @@ class Platforms:
             f"/api/v1/sessions/{session_id}/messages", params={"limit": 1000}, headers=ADMIN
         )
         assert response.status_code == 200, response.text
-        messages: list[dict[str, Any]] = response.json()["messages"]
+        messages: list[dict[str, Any]] = response.json()["items"]
         return messages
 
     async def all_messages(self) -> list[dict[str, Any]]:

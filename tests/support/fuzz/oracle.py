@@ -22,7 +22,8 @@ def is_4xx(status: int) -> bool:
 
 
 def assert_json_error(response: httpx.Response, what: object) -> None:
-    """A refusal from our own API is JSON with a `detail` (its echo must encode)."""
+    """A refusal from our own API is JSON: `{"error": {"code", "message"}}` from the
+    operator API, a `detail` elsewhere (its echo must encode)."""
     try:
         body = response.json()
     except ValueError as exc:
@@ -30,7 +31,11 @@ def assert_json_error(response: httpx.Response, what: object) -> None:
             f"{response.status_code} for {what!r} is not JSON: {response.content[:200]!r}"
         ) from exc
     assert isinstance(body, dict), body
-    assert "detail" in body, body
+    if "error" in body:
+        assert isinstance(body["error"]["code"], str), body
+        assert isinstance(body["error"]["message"], str), body
+    else:
+        assert "detail" in body, body
 
 
 class Verdict(Enum):

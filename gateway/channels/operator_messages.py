@@ -1,0 +1,94 @@
+"""Messages an operator sends into a conversation: stored under their own source line,
+then delivered like a reply through the durable outbox.
+
+The model later reads them as `[source: operator via REST]` input, never as something
+the person typed, so an operator's words can never become one of the person's facts.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from gateway.channels.outbox import Outbox
+from gateway.clock import Clock
+from gateway.errors import InputError
+from gateway.llm.base import LLMProvider, Prompt, complete
+from gateway.text import MAX_INT64, clean
+from gateway.turns.hub import Hub
+from memory.chat_turn import ChatTurn
+from memory.context import render_live
+from memory.provenance import label
+from memory.storage.messages import Messages, NewMessage, StoredMessage
+from memory.storage.models import Delivery, Role
+
+OPERATOR_SOURCE = "operator via REST"
+# How much of the conversation the assistant reads to write an operator's message.
+CONTEXT_MESSAGES = 20
+COMPOSE_SYSTEM = (
+    "You write one message that the assistant sends, unprompted, to the person in this "
+    "conversation. An operator of the assistant says what the message should say. Write "
+    "only the message itself, in the conversation's language and the assistant's voice; "
+    "no preamble, no quotes."
+)
+
+
+class NoRecipient(InputError):
+    """Nobody has written into the conversation (on that channel): no chat to send to."""
+
+
+class OperatorMessages:
+    def __init__(
+        self,
+        messages: Messages,
+        outbox: Outbox,
+        hub: Hub,
+        clock: Clock,
+        llm: LLMProvider,
+        max_tokens: int,
+    ) -> None:
+        self._messages = messages
+        self._outbox = outbox
+        self._hub = hub
+        self._clock = clock
+        self._llm = llm
+        self._max_tokens = max_tokens
+
+    async def send(
+        self, conversation_id: uuid.UUID, text: str, channel: str | None = None
+    ) -> StoredMessage:
+        """Store `text` and deliver it on `channel`, or where the conversation was last
+        written from; to the person (or group) who wrote there."""
+        target = await self._messages.last_from(conversation_id, channel)
+        if target is None:
+            where = "" if channel is None else f" on {channel}"
+            raise NoRecipient(f"nobody has written into this conversation{where} yet")
+        stored_is_sent = self._outbox.delivered_by_storing(target.channel)
+        message, _ = await self._messages.add_message(
+            conversation_id,
+            NewMessage(
+                role=Role.EVENT,
+                channel=target.channel,
+                text=text,
+                # The addressee: a message that answers nothing names where it goes.
+                identity_id=target.identity_id,
+                source=OPERATOR_SOURCE,
+                delivery=Delivery.SENT if stored_is_sent else Delivery.PENDING,
+            ),
+            now=self._clock.now(),
+        )
+        self._hub.message(message)
+        await self._outbox.send_unprompted(message, await self._outbox.chat_of(target))
+        return message
+
+    async def compose(self, conversation_id: uuid.UUID, instruction: str) -> str:
+        """The assistant's wording of what an operator wants said."""
+        recent = await self._messages.messages_before(conversation_id, MAX_INT64, CONTEXT_MESSAGES)
+        asked = ChatTurn("user", label(instruction, source=OPERATOR_SOURCE))
+        turns = [*render_live(recent, "UTC"), asked]
+        while len(turns) > 1 and turns[0].role == "assistant":
+            turns.pop(0)
+        prompt = Prompt(system=COMPOSE_SYSTEM, turns=tuple(turns), max_tokens=self._max_tokens)
+        text = clean(await complete(self._llm, prompt)).strip()
+        if not text:
+            raise InputError("the model wrote nothing for that instruction")
+        return text

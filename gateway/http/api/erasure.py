@@ -1,0 +1,165 @@
+"""Deleting a conversation and erasing a person; a person's export and its import.
+
+Deletes and erasures hold the conversation's turns meanwhile (on every replica), so
+no turn writes into what is being removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from gateway.http.api.once import OnceDep
+from gateway.http.api.people import person
+from gateway.http.api.sessions import Deleted
+from gateway.http.deps import ServicesDep
+from gateway.http.problems import ApiError, not_found, responses
+from gateway.services import Services
+from memory.portable.export import NoSuchUser
+from memory.portable.format import ExportFormatError
+from memory.portable.tables import ImportConflict, ImportCounts
+
+router = APIRouter(tags=["people"])
+
+NDJSON = "application/x-ndjson"
+# How long a delete waits for a running turn of the conversation to end.
+GUARD_SECONDS = 30.0
+
+
+class Erased(Deleted):
+    identities: int
+    profile_lines: int
+    retired_facts: int
+
+
+class Tally(BaseModel):
+    created: int
+    skipped: int
+
+
+class Imported(BaseModel):
+    user_id: uuid.UUID
+    user_created: bool
+    identities: Tally
+    chunks: Tally
+    messages: Tally
+    profile_lines: Tally
+    retired_facts: Tally
+    transcript_files: int
+    conflicts: int = 0
+
+    @classmethod
+    def of(cls, counts: ImportCounts) -> Imported:
+        return cls.model_validate(counts, from_attributes=True)
+
+
+@router.delete("/sessions/{session_id}", responses=responses(404, 409))
+async def delete_session(services: ServicesDep, session_id: uuid.UUID) -> Deleted:
+    """Delete the conversation with its messages, archive (and transcript files),
+    jobs and deliveries. A person's own conversation starts again empty; the person,
+    their profile and their other channels stay."""
+    async with _held(services, [session_id]):
+        counts = await services.repos.erasure.delete_conversation(
+            session_id, now=services.clock.now()
+        )
+    if counts is None:
+        raise not_found("session")
+    return Deleted.model_validate(counts, from_attributes=True)
+
+
+@router.delete("/users/{user_id}", responses=responses(404, 409))
+async def erase_user(services: ServicesDep, user_id: uuid.UUID) -> Erased:
+    """Erase the person: every identity, their conversation, their messages wherever
+    they wrote, the archive cut from them, profile and retired facts, queued jobs and
+    deliveries, and transcript files. Nothing of theirs is left to restore."""
+    found = await person(services, user_id)
+    async with _held(services, list(found.conversations)):
+        counts = await services.repos.erasure.erase_user(user_id)
+    if counts is None:
+        raise not_found("user")
+    return Erased.model_validate(counts, from_attributes=True)
+
+
+@router.get(
+    "/users/{user_id}/export",
+    response_class=StreamingResponse,
+    responses={
+        **responses(404),
+        200: {"content": {NDJSON: {}}, "description": "one JSON object a line"},
+    },
+)
+async def export_user(services: ServicesDep, user_id: uuid.UUID) -> StreamingResponse:
+    """Everything of the person as NDJSON: a header (format version, counts), then
+    identities, conversation, chunks with transcripts, messages, profile lines and
+    retired facts. Streamed a page at a time."""
+    return await export_response(services, user_id)
+
+
+@router.post(
+    "/import",
+    status_code=200,
+    response_model=Imported,
+    responses=responses(409, 413, 415, 422),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {NDJSON: {"schema": {"type": "string"}}},
+        }
+    },
+)
+async def import_export(services: ServicesDep, once: OnceDep, request: Request) -> Response:
+    """Merge an export back (idempotent: what is here already is skipped). A newer
+    format is refused. Larger than PARLEY_MAX_BODY_BYTES: use `parley import`."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != NDJSON:
+        raise ApiError(415, f"send the export as {NDJSON}")
+
+    async def load() -> Imported:
+        text = (await request.body()).decode("utf-8", errors="replace")
+        try:
+            counts = await services.imports.import_lines(
+                text.splitlines(keepends=True), now=services.clock.now()
+            )
+        except ExportFormatError as exc:
+            raise ApiError(422, str(exc), code="invalid_export") from None
+        except ImportConflict as exc:
+            raise ApiError(409, str(exc), code="import_conflict") from None
+        return Imported.of(counts)
+
+    return await once.run(load, about=lambda counts: counts.user_id)
+
+
+async def export_response(services: Services, user_id: uuid.UUID) -> StreamingResponse:
+    lines = services.exports.export_user(user_id, now=services.clock.now())
+    try:
+        header = await anext(lines)
+    except NoSuchUser:
+        raise not_found("user") from None
+
+    async def body() -> AsyncIterator[str]:
+        yield header
+        async for line in lines:
+            yield line
+
+    return StreamingResponse(
+        body(),
+        media_type=NDJSON,
+        headers={"Content-Disposition": f'attachment; filename="parley-{user_id}.ndjson"'},
+    )
+
+
+@contextlib.asynccontextmanager
+async def _held(services: Services, conversations: list[uuid.UUID]) -> AsyncIterator[None]:
+    async with contextlib.AsyncExitStack() as held:
+        try:
+            async with asyncio.timeout(GUARD_SECONDS):
+                for conversation_id in sorted(conversations):
+                    await held.enter_async_context(services.runner.guard(conversation_id))
+        except TimeoutError:
+            raise ApiError(409, "a turn of this conversation is still running") from None
+        yield

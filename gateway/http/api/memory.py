@@ -1,0 +1,289 @@
+"""What the assistant remembers of a conversation and a person: the archive's timeline
+and chunks, the profile (edited by numbered line, guarded by its ETag), retired facts."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Path, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.http.api.inputs import Input
+from gateway.http.api.once import OnceDep
+from gateway.http.deps import CursorsDep, ServicesDep
+from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
+from gateway.http.problems import ApiError, not_found, responses
+from gateway.services import Services
+from gateway.text import MAX_INT64, StorableText
+from memory.archive.jobs import SUMMARIZE
+from memory.archive.reads import ChunkView
+from memory.profile.facts import Edit, EditError, Evidence, Remove, Replace, Shorten, StaleRevision
+from memory.profile.facts import ProfileView as Profile
+
+router = APIRouter(tags=["memory"])
+
+ChunkId = Annotated[int, Path(ge=1, le=MAX_INT64)]
+LineNumber = Annotated[int, Field(ge=1, le=100_000)]
+FACT_CHARS = 2_000
+
+
+class RowOut(BaseModel):
+    id: int
+    level: int = Field(description="0: a slice of messages; 1: consolidated; 2+: meta-summary")
+    seq_start: int
+    seq_end: int
+    time_start: datetime
+    time_end: datetime
+    summary: str | None
+    state: Literal["pending", "ready", "failed"]
+    attempts: int
+    last_error: str | None
+    parent_id: int | None
+
+    @classmethod
+    def of(cls, chunk: ChunkView) -> RowOut:
+        return cls(
+            id=chunk.id,
+            level=chunk.level,
+            seq_start=chunk.seq_start,
+            seq_end=chunk.seq_end,
+            time_start=chunk.time_start,
+            time_end=chunk.time_end,
+            summary=chunk.summary,
+            state=chunk.status.value,
+            attempts=chunk.attempts,
+            last_error=chunk.last_error,
+            parent_id=chunk.parent_id,
+        )
+
+
+class Timeline(BaseModel):
+    rows: list[RowOut]
+
+
+class ChunkOut(RowOut):
+    conversation_id: uuid.UUID
+    children: list[RowOut]
+    transcript: str | None = Field(description="verbatim, for level 0")
+
+
+class EvidenceOut(BaseModel):
+    chunk_id: int
+    seqs: list[int]
+    at: datetime
+
+    @classmethod
+    def of(cls, evidence: Evidence) -> EvidenceOut:
+        return cls(chunk_id=evidence.chunk_id, seqs=list(evidence.seqs), at=evidence.at)
+
+
+class LineOut(BaseModel):
+    number: int
+    text: str
+    evidence: list[EvidenceOut] = Field(description="the typed messages it came from")
+
+
+class ProfileOut(BaseModel):
+    user_id: uuid.UUID
+    revision: int
+    lines: list[LineOut]
+
+    @classmethod
+    def of(cls, profile: Profile) -> ProfileOut:
+        return cls(
+            user_id=profile.user_id,
+            revision=profile.revision,
+            lines=[
+                LineOut(number=n, text=f.text, evidence=[EvidenceOut.of(e) for e in f.sources])
+                for n, f in enumerate(profile.facts, 1)
+            ],
+        )
+
+
+class RemoveIn(Input):
+    remove: list[LineNumber] = Field(min_length=1, max_length=1000)
+
+
+class ShortenIn(Input):
+    shorten: LineNumber
+    to: Annotated[StorableText, Field(min_length=1, max_length=FACT_CHARS)]
+
+
+class ReplaceIn(Input):
+    replace: list[LineNumber] = Field(min_length=1, max_length=1000)
+    with_: Annotated[StorableText, Field(alias="with", min_length=1, max_length=FACT_CHARS)]
+
+
+class ProfileEdits(Input):
+    """Edits by line number, as the tidying model makes them; untouched lines stay
+    byte for byte, and every removed or shortened line is kept in retired facts."""
+
+    edits: list[RemoveIn | ShortenIn | ReplaceIn] = Field(min_length=1, max_length=1000)
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "edits": [
+                        {"remove": [3]},
+                        {"shorten": 1, "to": "Lives in Lyon"},
+                        {"replace": [4, 5], "with": "Has two cats"},
+                    ]
+                }
+            ]
+        },
+    )
+
+    def parsed(self) -> list[Edit]:
+        return [_edit(edit) for edit in self.edits]
+
+
+class RetiredOut(BaseModel):
+    id: int
+    text: str
+    reason: str
+    retired_at: datetime
+    evidence: list[EvidenceOut]
+
+
+@router.get("/sessions/{session_id}/timeline", responses=responses(404))
+async def timeline(services: ServicesDep, session_id: uuid.UUID) -> Timeline:
+    """The archive rows the prompt shows now, oldest first; a row's `id` opens it."""
+    if await services.repos.conversations.get_conversation(session_id) is None:
+        raise not_found("session")
+    return Timeline(rows=[RowOut.of(row) for row in await services.archive.timeline(session_id)])
+
+
+@router.get("/chunks/{chunk_id}", responses=responses(404))
+async def get_chunk(services: ServicesDep, chunk_id: ChunkId) -> ChunkOut:
+    """A chunk with its children (the rows it summarises), summary and transcript."""
+    chunk = await services.archive.chunk(chunk_id)
+    if chunk is None:
+        raise not_found("chunk")
+    return ChunkOut(
+        **RowOut.of(chunk).model_dump(),
+        conversation_id=chunk.conversation_id,
+        children=[RowOut.of(c) for c in await services.archive.children(chunk_id)],
+        transcript=await services.archive.transcript(chunk_id),
+    )
+
+
+@router.post(
+    "/chunks/{chunk_id}/resummarize",
+    status_code=202,
+    response_model=ChunkOut,
+    responses=responses(404, 409),
+)
+async def resummarize(services: ServicesDep, once: OnceDep, chunk_id: ChunkId) -> Response:
+    """Write the chunk's summary again; the old one shows until the new one is in."""
+
+    async def reopen() -> ChunkOut:
+        now = services.clock.now()
+        if not await services.repos.work.reopen_chunk(chunk_id, now, ready_too=True):
+            if await services.archive.chunk(chunk_id) is None:
+                raise not_found("chunk")
+            raise ApiError(409, "a worker is summarising this chunk now; try again shortly")
+        await services.queue.enqueue(
+            SUMMARIZE, str(chunk_id), key=f"{SUMMARIZE}:{chunk_id}:again:{now.timestamp()}"
+        )
+        return await get_chunk(services, chunk_id)
+
+    return await once.run(reopen, 202, about=lambda chunk: chunk.conversation_id)
+
+
+@router.get("/users/{user_id}/profile", responses=responses(404))
+async def get_profile(services: ServicesDep, user_id: uuid.UUID, response: Response) -> ProfileOut:
+    """The profile as numbered lines; its `ETag` goes in `If-Match` to edit it."""
+    profile = await _profile(services, user_id)
+    response.headers["ETag"] = _etag(profile.revision)
+    return ProfileOut.of(profile)
+
+
+@router.patch("/users/{user_id}/profile", responses=responses(404, 412, 422, 428))
+async def edit_profile(
+    services: ServicesDep,
+    user_id: uuid.UUID,
+    body: ProfileEdits,
+    response: Response,
+    if_match: Annotated[str | None, Header(max_length=200)] = None,
+) -> ProfileOut:
+    """Apply edits made against the revision `If-Match` names (required)."""
+    if if_match is None:
+        raise ApiError(428, "send the profile's ETag in If-Match: edits are by line number")
+    revision = _revision(if_match)
+    await _profile(services, user_id)
+    try:
+        edited = await services.profiles.edit(
+            user_id, revision, body.parsed(), services.clock.now()
+        )
+    except StaleRevision as exc:
+        raise ApiError(
+            412, f"the profile is at revision {exc.current} now: read it again"
+        ) from None
+    except EditError as exc:
+        raise ApiError(422, str(exc), code="invalid_edit") from None
+    response.headers["ETag"] = _etag(edited.revision)
+    return ProfileOut.of(edited)
+
+
+RetiredPage = Page[RetiredOut]
+
+
+@router.get("/users/{user_id}/retired-facts", responses=responses(404, 422))
+async def retired_facts(
+    services: ServicesDep,
+    cursors: CursorsDep,
+    user_id: uuid.UUID,
+    limit: LimitQuery = 100,
+    cursor: CursorQuery = None,
+) -> RetiredPage:
+    """Every line tidying or an edit removed or shortened, word for word, oldest first."""
+    await _profile(services, user_id)
+    key = scope("retired", user=str(user_id))
+    after = cursors.read(key, cursor)
+    rows = await services.profiles.retired_page(
+        user_id, after_id=0 if after is None else int(after[0]), limit=limit + 1
+    )
+    shown, next_cursor = cursors.cut(key, rows, limit, lambda row: [row[0]])
+    return RetiredPage(
+        items=[
+            RetiredOut(
+                id=fact_id,
+                text=fact.text,
+                reason=fact.reason,
+                retired_at=fact.retired_at,
+                evidence=[EvidenceOut.of(e) for e in fact.sources],
+            )
+            for fact_id, fact in shown
+        ],
+        next_cursor=next_cursor,
+    )
+
+
+async def _profile(services: Services, user_id: uuid.UUID) -> Profile:
+    if await services.repos.directory.person(user_id) is None:
+        raise not_found("user")
+    return await services.profiles.get(user_id)
+
+
+def _etag(revision: int) -> str:
+    return f'"profile-{revision}"'
+
+
+def _revision(if_match: str) -> int:
+    tag = if_match.strip().removeprefix("W/")
+    number = tag.strip('"').removeprefix("profile-")
+    if not number.isdigit() or len(number) > 9:
+        raise ApiError(412, "that is not an ETag of this profile: read it again")
+    return int(number)
+
+
+def _edit(edit: RemoveIn | ShortenIn | ReplaceIn) -> Edit:
+    if isinstance(edit, RemoveIn):
+        return Remove(tuple(edit.remove))
+    if isinstance(edit, ShortenIn):
+        return Shorten(edit.shorten, edit.to)
+    return Replace(tuple(edit.replace), edit.with_)

@@ -1,0 +1,197 @@
+"""A conversation's messages: read them both ways, search them, send one in."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.channels.operator_messages import NoRecipient
+from gateway.http.api.inputs import Input
+from gateway.http.api.once import OnceDep
+from gateway.http.deps import CursorsDep, ServicesDep
+from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
+from gateway.http.problems import ApiError, not_found, responses
+from gateway.http.wire import MessageOut
+from gateway.services import Services
+from gateway.text import MAX_INT64, StorableText
+from memory.storage.messages import StoredMessage
+from memory.storage.search import MARK_END, MARK_START, SearchHit, SearchPosition
+
+router = APIRouter(tags=["messages"])
+
+SeqQuery = Annotated[int | None, Query(ge=0, le=MAX_INT64)]
+TEXT_CHARS = 20_000
+
+
+class OperatorMessage(MessageOut):
+    """A message as operators see it: who and what produced it, and its delivery."""
+
+    id: int
+    conversation_id: uuid.UUID
+    source: str | None
+    author_name: str
+    platform_message_id: str | None
+    delivery: str | None
+    # The platform's reason when delivery failed (or is being retried).
+    delivery_error: str | None = None
+
+    @classmethod
+    def of(cls, message: StoredMessage) -> OperatorMessage:
+        return cls(
+            **cls._fields(message),
+            id=message.id,
+            conversation_id=message.conversation_id,
+            source=message.source,
+            author_name=message.author_name,
+            platform_message_id=message.platform_message_id,
+            delivery=None if message.delivery is None else message.delivery.value,
+            delivery_error=message.delivery_error,
+        )
+
+
+class OperatorMessageIn(Input):
+    """Either `text` (sent as written) or `instruction` (the assistant writes it)."""
+
+    text: Annotated[StorableText, Field(min_length=1, max_length=TEXT_CHARS)] | None = None
+    instruction: Annotated[StorableText, Field(min_length=1, max_length=TEXT_CHARS)] | None = None
+    channel: Annotated[str, Field(max_length=32, examples=["telegram"])] | None = None
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"text": "Your order has shipped.", "channel": "telegram"},
+                {"instruction": "Tell them the service will be down on Sunday night."},
+            ]
+        }
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> OperatorMessageIn:
+        if (self.text is None) == (self.instruction is None):
+            raise ValueError("give exactly one of `text` and `instruction`")
+        return self
+
+
+class SearchHitOut(BaseModel):
+    kind: Literal["message", "chunk"]
+    seq: int | None = Field(description="the message's, for a message hit")
+    chunk_id: int | None = Field(description="the chunk's, for a hit in a transcript")
+    seq_start: int | None
+    seq_end: int | None
+    time: datetime
+    snippet: str = Field(description=f"the match marked {MARK_START}like this{MARK_END}")
+
+    @classmethod
+    def of(cls, hit: SearchHit) -> SearchHitOut:
+        return cls(
+            kind=hit.kind.value,
+            seq=hit.seq,
+            chunk_id=hit.chunk_id,
+            seq_start=hit.seq_start,
+            seq_end=hit.seq_end,
+            time=hit.time,
+            snippet=hit.snippet,
+        )
+
+
+MessagePage = Page[OperatorMessage]
+SearchPage = Page[SearchHitOut]
+
+
+@router.get("/sessions/{session_id}/messages", responses=responses(404, 422))
+async def session_messages(
+    services: ServicesDep,
+    cursors: CursorsDep,
+    session_id: uuid.UUID,
+    after_seq: SeqQuery = None,
+    before_seq: SeqQuery = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: CursorQuery = None,
+) -> MessagePage:
+    """Oldest first after `after_seq` (default: from the start), or the page just
+    before `before_seq`; `next_cursor` goes on in the same direction."""
+    if after_seq is not None and before_seq is not None:
+        raise ApiError(422, "give `after_seq` or `before_seq`, not both")
+    key = scope("messages", session=str(session_id))
+    position = cursors.read(key, cursor)
+    if position is not None:
+        direction, seq = position
+        after_seq, before_seq = (seq, None) if direction == "after" else (None, seq)
+    await _require(services, session_id)
+    messages = services.repos.messages
+    if before_seq is not None:
+        page = await messages.messages_before(session_id, before_seq, limit + 1)
+        more = len(page) > limit
+        shown = page[-limit:]
+        next_cursor = cursors.make(key, ["before", shown[0].seq]) if more else None
+    else:
+        page = await messages.messages_after(session_id, after_seq or 0, limit + 1)
+        shown, next_cursor = cursors.cut(key, page, limit, lambda m: ["after", m.seq])
+    return MessagePage(items=[OperatorMessage.of(m) for m in shown], next_cursor=next_cursor)
+
+
+@router.get("/sessions/{session_id}/search", responses=responses(404))
+async def search_session(
+    services: ServicesDep,
+    cursors: CursorsDep,
+    session_id: uuid.UUID,
+    q: Annotated[StorableText, Query(min_length=1, max_length=500)],
+    since: Annotated[datetime | None, Query(alias="from")] = None,
+    until: Annotated[datetime | None, Query(alias="to")] = None,
+    limit: LimitQuery = 20,
+    cursor: CursorQuery = None,
+) -> SearchPage:
+    """Every word of `q` in a message or in an archived transcript, newest first."""
+    for bound in (since, until):
+        if bound is not None and bound.tzinfo is None:
+            raise ApiError(422, "give `from` and `to` with a UTC offset")
+    key = scope("search", session=str(session_id), q=q, since=since, until=until)
+    position = cursors.read(key, cursor)
+    await _require(services, session_id)
+    hits = await services.repos.search.search(
+        session_id,
+        q,
+        limit=limit + 1,
+        start=since,
+        end=until,
+        after=None if position is None else SearchPosition.from_token(position[0]),
+    )
+    shown, next_cursor = cursors.cut(key, hits, limit, lambda hit: [hit.position.token()])
+    return SearchPage(items=[SearchHitOut.of(hit) for hit in shown], next_cursor=next_cursor)
+
+
+@router.post(
+    "/sessions/{session_id}/messages",
+    status_code=201,
+    response_model=OperatorMessage,
+    responses=responses(404, 409, 422),
+)
+async def send_message(
+    services: ServicesDep, once: OnceDep, session_id: uuid.UUID, body: OperatorMessageIn
+) -> Response:
+    """Send a message into the conversation, labelled as an operator's, on `channel`
+    or the one last written from; or have the assistant write it from `instruction`."""
+
+    async def send() -> OperatorMessage:
+        await _require(services, session_id)
+        operator = services.operator_messages
+        text = body.text
+        if text is None:
+            assert body.instruction is not None
+            text = await operator.compose(session_id, body.instruction)
+        try:
+            message = await operator.send(session_id, text, body.channel)
+        except NoRecipient as exc:
+            raise ApiError(422, str(exc), code="no_recipient") from None
+        return OperatorMessage.of(message)
+
+    return await once.run(send, 201, about=lambda message: message.conversation_id)
+
+
+async def _require(services: Services, session_id: uuid.UUID) -> None:
+    if await services.repos.conversations.get_conversation(session_id) is None:
+        raise not_found("session")

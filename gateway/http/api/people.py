@@ -1,0 +1,133 @@
+"""People: who they are on which channel, merging two into one, unlinking a channel."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel
+
+from gateway.http.api.inputs import Input
+from gateway.http.api.once import OnceDep
+from gateway.http.api.sessions import IdentityOut
+from gateway.http.deps import CursorsDep, ServicesDep
+from gateway.http.paging import (
+    CursorQuery,
+    LimitQuery,
+    Page,
+    by_creation,
+    created_after,
+    scope,
+)
+from gateway.http.problems import ApiError, not_found, responses
+from gateway.services import Services
+from gateway.text import StorableText
+from memory.storage.directory import PersonView
+from memory.storage.identities import UnlinkStatus
+
+router = APIRouter(tags=["people"])
+
+
+class UserOut(BaseModel):
+    id: uuid.UUID
+    display_name: str
+    timezone: str
+    created_at: datetime
+    identities: list[IdentityOut]
+    conversations: list[uuid.UUID]
+
+    @classmethod
+    def of(cls, person: PersonView) -> UserOut:
+        return cls(
+            id=person.id,
+            display_name=person.display_name,
+            timezone=person.timezone,
+            created_at=person.created_at,
+            identities=[IdentityOut(**asdict(i)) for i in person.identities],
+            conversations=list(person.conversations),
+        )
+
+
+class MergeIn(Input):
+    other_user_id: uuid.UUID
+
+
+class Unlinked(BaseModel):
+    identity_id: uuid.UUID
+    user_id: uuid.UUID  # the person the identity belongs to now
+
+
+UserPage = Page[UserOut]
+
+
+@router.get("/users", responses=responses(422))
+async def list_users(
+    services: ServicesDep,
+    cursors: CursorsDep,
+    q: Annotated[StorableText | None, Query(max_length=200)] = None,
+    limit: LimitQuery = 50,
+    cursor: CursorQuery = None,
+) -> UserPage:
+    """People, newest first; `q` finds a name (theirs or one of their identities')."""
+    key = scope("users", q=q)
+    people = await services.repos.directory.people(
+        q, after=created_after(cursors.read(key, cursor)), limit=limit + 1
+    )
+    shown, next_cursor = cursors.cut(key, people, limit, by_creation)
+    return UserPage(items=[UserOut.of(p) for p in shown], next_cursor=next_cursor)
+
+
+@router.get("/users/{user_id}", responses=responses(404))
+async def get_user(services: ServicesDep, user_id: uuid.UUID) -> UserOut:
+    return UserOut.of(await person(services, user_id))
+
+
+@router.post("/users/{user_id}/merge", response_model=UserOut, responses=responses(404, 409, 422))
+async def merge_users(
+    services: ServicesDep, once: OnceDep, user_id: uuid.UUID, body: MergeIn
+) -> Response:
+    """Make `other_user_id` part of this person, as `/link` does: every identity moves
+    here and the two conversations become one, interleaved by arrival time (the
+    archive of both is cut again from the merged history)."""
+
+    async def merge() -> UserOut:
+        if body.other_user_id == user_id:
+            raise ApiError(422, "a person cannot be merged with themselves")
+        await person(services, body.other_user_id)
+        await person(services, user_id)
+        try:
+            merged = await services.linking.merge(user_id, body.other_user_id)
+        except TimeoutError:
+            raise ApiError(
+                409, "a turn of one of them is still running; try again shortly"
+            ) from None
+        if not merged:
+            raise not_found("user")
+        return UserOut.of(await person(services, user_id))
+
+    return await once.run(merge, about=lambda user: user.id)
+
+
+@router.delete("/identities/{identity_id}", responses=responses(404, 409))
+async def unlink_identity(services: ServicesDep, identity_id: uuid.UUID) -> Unlinked:
+    """Give a linked identity a person and a conversation of its own again; its
+    history stays with the person it leaves."""
+    try:
+        status = await services.repos.identities.unlink(identity_id, now=services.clock.now())
+    except LookupError:
+        raise not_found("identity") from None
+    if status is UnlinkStatus.ONLY_IDENTITY:
+        raise ApiError(409, "the person has no other identity: there is nothing to unlink")
+    owner = await services.repos.directory.identity_owner(identity_id)
+    assert owner is not None
+    return Unlinked(identity_id=identity_id, user_id=owner)
+
+
+async def person(services: Services, user_id: uuid.UUID) -> PersonView:
+    found = await services.repos.directory.person(user_id)
+    if found is None:
+        raise not_found("user")
+    return found

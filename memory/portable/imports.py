@@ -1,0 +1,201 @@
+"""Import: an export merged into this database, without duplicating anything.
+
+It goes to the person here who has one of the file's identities, or to a new person.
+Nothing in the file is used as a database key; rows are matched by natural keys:
+
+- identity: (channel, external_id); one that belongs to someone else here stays theirs
+  (a conflict);
+- chunk: (conversation, level, seq_start), the archive's own unique key;
+- message: (conversation, seq). A message already at that seq is this one if its role,
+  time and text agree, and is skipped; else the file's is not imported (a conflict:
+  the conversation went on differently here);
+- profile line: its text, ignoring case (as the profile itself does); retired fact:
+  (text, reason, time retired).
+
+Two histories are never mixed: if the person's conversation here does not begin with
+the file's first message, nothing is written and `ImportConflict` says so.
+
+So importing a file twice changes nothing the second time, and export → erase →
+import gives back the same seqs and byte-identical texts and transcripts (text here is
+cleaned, which leaves clean text as it is). Imported messages count as answered, so an
+import never starts a turn, and a reply that was never delivered is marked failed
+rather than sent now (an operator can send it again).
+
+Lines are read as they come, and written a page at a time, each page in its own
+transaction: an import cut short is completed by importing the file again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.archive.transcript import transcript_path, write_transcript
+from memory.portable import rows
+from memory.portable.format import (
+    CHUNK,
+    CONVERSATION,
+    IDENTITY,
+    MESSAGE,
+    ORDER,
+    PROFILE_LINE,
+    RETIRED_FACT,
+    ExportFormatError,
+    Fields,
+    check_header,
+    parse,
+)
+from memory.portable.tables import ImportConflict, ImportCounts, Tables, Tally
+
+__all__ = ["ExportFormatError", "ImportConflict", "ImportCounts", "Imports", "Tally"]
+
+PAGE_SIZE = 500
+
+
+class Imports:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        clean: Callable[[str], str],
+        archive_dir: Path | None,
+        page_size: int = PAGE_SIZE,
+    ) -> None:
+        """`clean` makes outside text storable (the gateway's rules: no NUL, no lone
+        surrogates); `archive_dir` gets the transcript files of the chunks imported
+        (None: none are written)."""
+        self._sessions = sessions
+        self._clean = clean
+        self._archive_dir = archive_dir
+        self._page = page_size
+
+    async def import_lines(
+        self, lines: AsyncIterable[str] | Iterable[str], *, now: datetime
+    ) -> ImportCounts:
+        """Import an export's lines (newlines optional); `ExportFormatError`, naming
+        the line, for a newer version or anything that is not this format. Lines
+        before a bad one are imported already (each page commits)."""
+        run: _Run | None = None
+        number = 0
+        async for raw in _each(lines):
+            number += 1
+            data = parse(raw, number)
+            if data is None:
+                continue
+            fields = Fields(data, number, self._clean)
+            if run is None:
+                check_header(data, number)
+                tables = Tables(self._sessions, rows.person(fields), now)
+                run = _Run(tables, self._archive_dir, self._page)
+                continue
+            await run.record(fields)
+        if run is None:
+            raise ExportFormatError(max(number, 1), "no header: this is not an export")
+        return await run.finish()
+
+
+class _Run:
+    """One import: where it has got to in the file, and what it has matched so far."""
+
+    def __init__(self, tables: Tables, archive_dir: Path | None, page: int) -> None:
+        self._tables = tables
+        self._archive_dir = archive_dir
+        self._page = page
+        self._stage = 0  # index in ORDER of the records being read
+        self._identities: list[rows.IdentityRow] = []
+        self._conversation: rows.ConversationRow | None = None
+        self._chunks: list[rows.ChunkRow] = []
+        self._messages: list[rows.MessageRow] = []
+        self._profile: list[rows.Fact] = []
+        self._retired: list[rows.Fact] = []
+        self._files = 0
+
+    async def record(self, fields: Fields) -> None:
+        kind = fields.data.get("type")
+        if kind not in ORDER:
+            raise fields.error(f"unknown record type {kind!r}")
+        position = ORDER.index(kind)
+        if position < self._stage:
+            raise fields.error(f"a {kind} record after {ORDER[self._stage]} records")
+        await self._advance(position)
+        if kind in (CHUNK, MESSAGE) and self._tables.conversation_id is None:
+            raise fields.error(f"a {kind} record before the conversation")
+        if kind == IDENTITY:
+            self._identities.append(rows.identity(fields))
+        elif kind == CONVERSATION:
+            if self._conversation is not None:
+                raise fields.error("a second conversation")
+            self._conversation = rows.conversation(fields)
+            await self._tables.settle(self._identities, self._conversation)
+        elif kind == CHUNK:
+            self._chunks.append(rows.chunk(fields))
+            if len(self._chunks) >= max(1, self._page // 10):
+                await self._flush_chunks()
+        elif kind == MESSAGE:
+            self._messages.append(rows.message(fields))
+            if len(self._messages) >= self._page:
+                await self._tables.messages(self._messages)
+                self._messages.clear()
+        elif kind == PROFILE_LINE:
+            self._profile.append(rows.profile_line(fields))
+        else:
+            self._retired.append(rows.retired_fact(fields))
+            if len(self._retired) >= self._page:
+                await self._tables.retired(self._retired)
+                self._retired.clear()
+
+    async def finish(self) -> ImportCounts:
+        await self._advance(len(ORDER))
+        return self._tables.counts(self._files)
+
+    async def _advance(self, position: int) -> None:
+        """Finish the record types before `position`: none of them comes again."""
+        while self._stage < position:
+            kind = ORDER[self._stage]
+            self._stage += 1
+            if kind == CONVERSATION and not self._tables.settled:  # a person without one
+                await self._tables.settle(self._identities, None)
+            elif kind == CHUNK:
+                await self._flush_chunks()
+            elif kind == MESSAGE:
+                await self._tables.messages(self._messages)
+                self._messages.clear()
+                await self._tables.bookkeeping(self._conversation)
+            elif kind == PROFILE_LINE:
+                await self._tables.profile(self._profile)
+            elif kind == RETIRED_FACT:
+                await self._tables.retired(self._retired)
+                self._retired.clear()
+
+    async def _flush_chunks(self) -> None:
+        written = await self._tables.chunks(self._chunks)
+        self._chunks.clear()
+        if written and self._archive_dir is not None:
+            conversation_id = self._tables.conversation_id
+            assert conversation_id is not None
+            self._files += await asyncio.to_thread(
+                _write_files, self._archive_dir, conversation_id, written
+            )
+
+
+def _write_files(
+    archive_dir: Path, conversation_id: uuid.UUID, written: list[tuple[int, rows.ChunkRow]]
+) -> int:
+    for chunk_id, chunk in written:
+        path = transcript_path(archive_dir, conversation_id, chunk_id, chunk.values["time_start"])
+        write_transcript(path, chunk.transcript or "")
+    return len(written)
+
+
+async def _each(lines: AsyncIterable[str] | Iterable[str]) -> AsyncIterator[str]:
+    if isinstance(lines, AsyncIterable):
+        async for line in lines:
+            yield line
+    else:
+        for line in lines:
+            yield line

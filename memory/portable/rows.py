@@ -1,0 +1,228 @@
+"""Records of the export format read into rows for the database, every field checked
+(`Fields`) and every text cleaned. Nothing here touches the database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from memory.portable.format import AuthorKey, ChunkKey, Fields
+from memory.profile.facts import Evidence
+from memory.storage.models import ChunkStatus, Delivery, Role
+from memory.tokens import message_tokens
+from memory.zones import known_zone
+
+# Column widths (memory.storage.models): Postgres refuses longer values. Names are cut
+# to fit; ids are refused, as a cut id could name someone else.
+CHANNEL_CHARS = 32
+NAME_CHARS = 200
+ID_CHARS = 200
+MESSAGE_ID_CHARS = 255
+TIMEZONE_CHARS = 64
+REASON_CHARS = 32
+
+# An exported reply that was never delivered is not sent on import, long after: it is
+# marked failed with this reason, where an operator can send it again.
+NOT_DELIVERED = "not delivered before it was exported"
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    display_name: str
+    timezone: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityRow:
+    key: AuthorKey
+    display_name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRow:
+    title: str
+    created_at: datetime
+    last_message_at: datetime | None
+    last_seq: int
+    last_user_seq: int
+    # (seq, time) of its first message: which history it is (None: it has none).
+    first: tuple[int, datetime] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    key: ChunkKey
+    parent: ChunkKey | None
+    values: dict[str, Any]  # the columns, but for conversation and parent
+
+    @property
+    def transcript(self) -> str | None:
+        text: str | None = self.values["transcript"]
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    author: AuthorKey | None
+    chunk: ChunkKey | None
+    values: dict[str, Any]  # the columns, but for conversation, identity and chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A profile line or a retired fact; evidence names chunks by key still."""
+
+    text: str
+    evidence: list[tuple[ChunkKey | None, tuple[int, ...], datetime]] | None
+    reason: str = ""
+    profile_revision: int = 0
+    retired_at: datetime | None = None
+
+
+def person(header: Fields) -> Person:
+    user = header.data.get("user")
+    if not isinstance(user, dict):
+        raise header.error("the header has no 'user'")
+    fields = Fields(user, header.line, header.clean)
+    timezone = fields.text("timezone", limit=TIMEZONE_CHARS)
+    if not known_zone(timezone):
+        raise header.error(f"unknown time zone {timezone!r}")
+    return Person(
+        fields.text("display_name", limit=NAME_CHARS, cut=True),
+        timezone,
+        fields.time("created_at"),
+    )
+
+
+def identity(record: Fields) -> IdentityRow:
+    key = (
+        record.text("channel", limit=CHANNEL_CHARS),
+        record.text("external_id", limit=ID_CHARS),
+    )
+    return IdentityRow(
+        key,
+        record.text_or_none("display_name", limit=NAME_CHARS, cut=True) or "",
+        record.time("created_at"),
+    )
+
+
+def conversation(record: Fields) -> ConversationRow:
+    if record.text("kind") != "personal":
+        raise record.error("only a person's own conversation can be imported")
+    return ConversationRow(
+        title=record.text_or_none("title", limit=NAME_CHARS, cut=True) or "",
+        created_at=record.time("created_at"),
+        last_message_at=record.time_or_none("last_message_at"),
+        last_seq=record.integer_or_none("last_seq") or 0,
+        last_user_seq=record.integer_or_none("last_user_seq") or 0,
+        first=_first_message(record),
+    )
+
+
+def _first_message(record: Fields) -> tuple[int, datetime] | None:
+    first = record.data.get("first_message")
+    if first is None:
+        return None
+    if not isinstance(first, dict):
+        raise record.error("'first_message' must be an object")
+    fields = Fields(first, record.line, record.clean)
+    return fields.integer("seq"), fields.time("created_at")
+
+
+def chunk(record: Fields) -> ChunkRow:
+    level, seq_start = record.integer("level"), record.integer("seq_start")
+    seq_end = record.integer("seq_end")
+    if seq_end < seq_start:
+        raise record.error("'seq_end' is before 'seq_start'")
+    values = {
+        "level": level,
+        "seq_start": seq_start,
+        "seq_end": seq_end,
+        "time_start": record.time("time_start"),
+        "time_end": record.time("time_end"),
+        "transcript": record.text_or_none("transcript"),
+        "summary": record.text_or_none("summary"),
+        "status": record.choice("status", ChunkStatus),
+        "attempts": record.integer_or_none("attempts") or 0,
+        "last_error": record.text_or_none("last_error"),
+        "in_timeline": record.flag("in_timeline"),
+        "facts_extracted": record.flag("facts_extracted"),
+        "created_at": record.time("created_at"),
+        "updated_at": record.time("updated_at"),
+    }
+    return ChunkRow((level, seq_start), record.chunk_key("parent"), values)
+
+
+def message(record: Fields) -> MessageRow:
+    text = record.text("text")
+    delivery = record.choice_or_none("delivery", Delivery)
+    error = record.text_or_none("delivery_error")
+    if delivery is Delivery.PENDING:
+        delivery, error = Delivery.FAILED, NOT_DELIVERED
+    values = {
+        "seq": record.integer("seq"),
+        "role": record.choice("role", Role),
+        "channel": record.text("channel", limit=CHANNEL_CHARS),
+        "author_name": record.text_or_none("author_name", limit=NAME_CHARS, cut=True) or "",
+        "source": record.text_or_none("source", limit=NAME_CHARS, cut=True),
+        "text": text,
+        "platform_message_id": record.text_or_none("platform_message_id", limit=MESSAGE_ID_CHARS),
+        "platform_ts": record.time_or_none("platform_ts"),
+        "created_at": record.time("created_at"),
+        # Counted here, as when it was stored: the file's count only informs.
+        "token_count": message_tokens(text),
+        "reply_to_seq": record.integer_or_none("reply_to_seq"),
+        "delivery": delivery,
+        "delivery_attempts": record.integer_or_none("delivery_attempts") or 0,
+        "delivery_error": error,
+    }
+    return MessageRow(record.author_key("author"), record.chunk_key("chunk"), values)
+
+
+def profile_line(record: Fields) -> Fact:
+    # One line of the profile's text: a line break would split it in two.
+    line = record.text("text").replace("\r", " ").replace("\n", " ")
+    return Fact(line, _evidence(record))
+
+
+def retired_fact(record: Fields) -> Fact:
+    return Fact(
+        record.text("text"),
+        _evidence(record),
+        reason=record.text("reason", limit=REASON_CHARS, cut=True),
+        profile_revision=record.integer_or_none("profile_revision") or 0,
+        retired_at=record.time("retired_at"),
+    )
+
+
+def evidence_json(
+    evidence: list[tuple[ChunkKey | None, tuple[int, ...], datetime]] | None,
+    chunk_ids: dict[ChunkKey, int],
+) -> list[dict[str, Any]]:
+    """Evidence as the profile stores it (memory.profile.Evidence), its chunks named by
+    their ids here; 0 for a chunk the export did not have (the seqs and time stay)."""
+    return [
+        Evidence(0 if key is None else chunk_ids.get(key, 0), seqs, at).to_json()
+        for key, seqs, at in evidence or ()
+    ]
+
+
+def _evidence(record: Fields) -> list[tuple[ChunkKey | None, tuple[int, ...], datetime]] | None:
+    sources = record.data.get("evidence")
+    if sources is None:
+        return None
+    if not isinstance(sources, list) or not all(isinstance(s, dict) for s in sources):
+        raise record.error("'evidence' must be a list of objects")
+    read = []
+    for source in sources:
+        fields = Fields(source, record.line, record.clean)
+        seqs = source.get("seqs")
+        if not isinstance(seqs, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in seqs
+        ):
+            raise record.error("evidence 'seqs' must be a list of whole numbers")
+        read.append((fields.chunk_key("chunk"), tuple(seqs), fields.time("at")))
+    return read

@@ -1,0 +1,174 @@
+"""Operator work over REST: pairing, merging and unlinking people, failed deliveries
+and memory jobs, each checked against what the gateway then does."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import update
+
+from gateway.services import Services
+from memory.storage.engine import session_factory
+from memory.storage.messages import NewMessage
+from memory.storage.models import Chunk, ChunkStatus, Message, Role
+from tests.fakes import telegram_api as tg
+from tests.fakes.llm_server import FakeLLM
+from tests.fakes.telegram_api import TgFail
+from tests.support.harness import ADMIN_TOKEN, make_settings, running_gateway
+from tests.support.platforms import platform_gateway
+from tests.support.polling import eventually
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+STRANGER, OTHER, CHAT = 5150, 5151, 5152
+
+
+async def test_pairing_requests_are_approved_and_rejected(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with platform_gateway(database_url, tmp_path, llm, telegram_policy="pairing") as p:
+        for person in (STRANGER, OTHER):
+            await p.telegram(tg.text_update(person, "hello?"))
+        await p.tg.wait_until(lambda f: bool(f.texts(STRANGER)) and bool(f.texts(OTHER)))
+        waiting = (await p.gw.http.get("/api/v1/pairing", headers=ADMIN)).json()["items"]
+        code = {int(w["external_id"]): w["code"] for w in waiting}
+        approved = await p.gw.http.post(f"/api/v1/pairing/{code[STRANGER]}/approve", headers=ADMIN)
+        rejected = await p.gw.http.post(f"/api/v1/pairing/{code[OTHER]}/reject", headers=ADMIN)
+        unknown = await p.gw.http.post("/api/v1/pairing/NOPE2345/approve", headers=ADMIN)
+        left = (await p.gw.http.get("/api/v1/pairing", headers=ADMIN)).json()["items"]
+        await p.telegram(tg.text_update(STRANGER, "now may I?"))
+        await p.tg.wait_until(lambda f: len(f.texts(STRANGER)) == 2)
+
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["approved_at"] is not None
+    assert rejected.status_code == 200
+    assert unknown.status_code == 404
+    assert left == []
+    assert len(llm.requests) == 1
+    assert "now may I?" in str(llm.requests[0]["messages"][-1])
+
+
+async def test_two_people_are_merged_and_unlinked_again(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        first, first_session = await gw.visitor()
+        second, second_session = await gw.visitor()
+        await gw.send(first, "one")
+        await gw.send(second, "two")
+        await gw.send(first, "three")
+        survivor = (await gw.http.get(f"/api/v1/sessions/{first_session}", headers=ADMIN)).json()
+        absorbed = (await gw.http.get(f"/api/v1/sessions/{second_session}", headers=ADMIN)).json()
+        url = f"/api/v1/users/{survivor['user_id']}/merge"
+        merged = await gw.http.post(url, json={"other_user_id": absorbed["user_id"]}, headers=ADMIN)
+        self_merge = await gw.http.post(
+            url, json={"other_user_id": survivor["user_id"]}, headers=ADMIN
+        )
+        history = [m["text"] for m in await gw.history(first) if m["role"] == "user"]
+        gone = await gw.http.get(f"/api/v1/sessions/{second_session}", headers=ADMIN)
+        identity = absorbed["identities"][0]["id"]
+        unlinked = await gw.http.delete(f"/api/v1/identities/{identity}", headers=ADMIN)
+        only = merged.json()["identities"][0]["id"]
+        last = await gw.http.delete(f"/api/v1/identities/{only}", headers=ADMIN)
+
+    assert merged.status_code == 200, merged.text
+    assert len(merged.json()["identities"]) == 2
+    assert self_merge.status_code == 422
+    assert history == ["one", "two", "three"]
+    assert gone.status_code == 404
+    assert unlinked.status_code == 200
+    assert unlinked.json()["user_id"] != survivor["user_id"]
+    assert last.status_code == 409
+
+
+async def test_a_failed_delivery_is_listed_with_its_reason_and_sent_again(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with platform_gateway(database_url, tmp_path, llm, delivery_max_attempts=2) as p:
+        p.tg.fail("sendMessage", *[TgFail(500, "Internal Server Error: try later")] * 2)
+        await p.telegram(tg.text_update(CHAT, "hello?"))
+        failed = await eventually(
+            lambda: p.gw.http.get("/api/v1/deliveries", headers=ADMIN),
+            until=lambda r: len(r.json()["items"]) == 1,
+        )
+        reply = failed.json()["items"][0]
+        retried = await p.gw.http.post(
+            f"/api/v1/deliveries/{reply['id']}/retry", headers=ADMIN | {"Idempotency-Key": "d1"}
+        )
+        await p.tg.wait_until(lambda f: len(f.texts(CHAT)) == 1)
+        replay = await p.gw.http.post(
+            f"/api/v1/deliveries/{reply['id']}/retry", headers=ADMIN | {"Idempotency-Key": "d1"}
+        )
+        again = await p.gw.http.post(f"/api/v1/deliveries/{reply['id']}/retry", headers=ADMIN)
+        after = await eventually(p.all_messages, until=lambda ms: ms[-1]["delivery"] == "sent")
+
+    assert (
+        reply["delivery_error"]
+        == "Telegram did not take the message: Internal Server Error: try later"
+    )
+    assert retried.status_code == 200, retried.text
+    assert replay.json() == retried.json()
+    assert again.status_code == 404  # not failed any more
+    assert after[-1]["delivery_error"] is None
+    assert len(p.tg.texts(CHAT)) == 1
+
+
+async def test_a_failed_summary_is_listed_and_retried(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm)
+    async with running_gateway(settings) as gw:
+        _, session = await gw.visitor()
+        chunk_id = await _failed_chunk(gw.services, session)
+        listed = (
+            await gw.http.get("/api/v1/jobs", params={"state": "failed"}, headers=ADMIN)
+        ).json()
+        retried = await gw.http.post(f"/api/v1/jobs/summarize:{chunk_id}/retry", headers=ADMIN)
+        await gw.services.queue.idle()  # type: ignore[attr-defined]
+        chunk = (await gw.http.get(f"/api/v1/chunks/{chunk_id}", headers=ADMIN)).json()
+        pending = (
+            await gw.http.get("/api/v1/jobs", params={"state": "failed"}, headers=ADMIN)
+        ).json()
+        missing = await gw.http.post("/api/v1/jobs/summarize:999999/retry", headers=ADMIN)
+
+    assert [job["id"] for job in listed["items"]] == [f"summarize:{chunk_id}"]
+    assert listed["items"][0]["last_error"] == "the model was down"
+    assert retried.status_code == 202, retried.text
+    assert chunk["state"] == "ready"
+    assert pending["items"] == []
+    assert missing.status_code == 404
+
+
+async def _failed_chunk(services: Services, session: str) -> int:
+    """A level-0 chunk over a conversation's first exchange whose summary failed."""
+    conversation_id = uuid.UUID(session)
+    now = services.clock.now()
+    for text in ("first", "second"):
+        await services.repos.messages.add_message(
+            conversation_id, NewMessage(Role.USER, "webchat", text), now=now
+        )
+    sessions = session_factory(services.engine)
+    async with sessions() as db:
+        chunk = Chunk(
+            conversation_id=conversation_id,
+            level=0,
+            seq_start=1,
+            seq_end=2,
+            time_start=now,
+            time_end=now,
+            transcript="[…] first\n\n[…] second\n",
+            status=ChunkStatus.FAILED,
+            attempts=5,
+            last_error="the model was down",
+            next_attempt_at=now + timedelta(days=1),
+        )
+        db.add(chunk)
+        await db.flush()
+        await db.execute(
+            update(Message)
+            .where(Message.conversation_id == conversation_id)
+            .values(chunk_id=chunk.id)
+        )
+        await db.commit()
+        return chunk.id
