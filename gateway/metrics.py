@@ -16,6 +16,7 @@ TOKEN_BUCKETS = (1_000, 2_500, 5_000, 10_000, 20_000, 40_000, 80_000, 160_000)
 
 class Metrics:
     def __init__(self) -> None:
+        # Long, but only a list: every metric declared once, with its help text.
         self.registry = registry = CollectorRegistry()
         self.inbound = Counter(
             "parley_inbound_messages",

@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.http.api.once import KEY_LIFETIME
 from memory.profile.facts import Fact
-from tests.fakes.llm_server import FakeLLM
+from tests.fakes.llm_server import FakeLLM, Reply
 from tests.support.archive_checks import archived, request_kind
 from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, running_gateway
 
@@ -258,3 +258,41 @@ async def test_search_timeline_and_chunks_over_an_archived_conversation(
     assert after["state"] == "ready"
     assert after["attempts"] == 1
     assert summaries >= 2
+
+
+async def test_the_assistant_writes_an_operator_message_from_an_instruction(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    offline = make_settings(database_url, tmp_path / "offline", None)
+    async with running_gateway(offline) as gw:
+        token, session = await gw.visitor()
+        await gw.send(token, "hi")
+        refused = await gw.http.post(
+            f"/api/v1/sessions/{session}/messages", json={"instruction": "say hi"}, headers=ADMIN
+        )
+    llm.script(Reply("We will be down on Sunday night."))
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, session = await gw.visitor()
+        written = await gw.http.post(
+            f"/api/v1/sessions/{session}/messages",
+            json={"instruction": "tell them about Sunday's maintenance"},
+            headers=ADMIN,
+        )
+        nobody = written
+        await gw.send(token, "hello")
+        llm.script(Reply("We will be down on Sunday night."))
+        written = await gw.http.post(
+            f"/api/v1/sessions/{session}/messages",
+            json={"instruction": "tell them about Sunday's maintenance"},
+            headers=ADMIN,
+        )
+        history = await gw.history(token)
+
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "no_model"
+    assert nobody.status_code == 422
+    assert nobody.json()["error"]["code"] == "no_recipient"
+    assert written.status_code == 201, written.text
+    assert written.json()["text"] == "We will be down on Sunday night."
+    assert history[-1]["text"] == "We will be down on Sunday night."
+    assert "[source: operator via REST]" in str(llm.requests[-1]["messages"])

@@ -13,6 +13,7 @@ from gateway.channels.outbox import Outbox
 from gateway.clock import Clock
 from gateway.errors import InputError
 from gateway.llm.base import LLMProvider, Prompt, complete
+from gateway.llm.offline import OFFLINE
 from gateway.text import MAX_INT64, clean
 from gateway.turns.hub import Hub
 from memory.chat_turn import ChatTurn
@@ -36,6 +37,10 @@ class NoRecipient(InputError):
     """Nobody has written into the conversation (on that channel): no chat to send to."""
 
 
+class NoModel(InputError):
+    """Only a configured model can write a message from an instruction."""
+
+
 class OperatorMessages:
     def __init__(
         self,
@@ -53,15 +58,18 @@ class OperatorMessages:
         self._llm = llm
         self._max_tokens = max_tokens
 
-    async def send(
-        self, conversation_id: uuid.UUID, text: str, channel: str | None = None
-    ) -> StoredMessage:
-        """Store `text` and deliver it on `channel`, or where the conversation was last
-        written from; to the person (or group) who wrote there."""
+    async def recipient(self, conversation_id: uuid.UUID, channel: str | None) -> StoredMessage:
+        """The message whose chat an operator's message goes to: the newest typed on
+        `channel`, or on any channel; `NoRecipient` if there is none."""
         target = await self._messages.last_from(conversation_id, channel)
         if target is None:
             where = "" if channel is None else f" on {channel}"
             raise NoRecipient(f"nobody has written into this conversation{where} yet")
+        return target
+
+    async def send(self, target: StoredMessage, text: str) -> StoredMessage:
+        """Store `text` and deliver it to the chat `target` was written in."""
+        conversation_id = target.conversation_id
         stored_is_sent = self._outbox.delivered_by_storing(target.channel)
         message, _ = await self._messages.add_message(
             conversation_id,
@@ -81,7 +89,11 @@ class OperatorMessages:
         return message
 
     async def compose(self, conversation_id: uuid.UUID, instruction: str) -> str:
-        """The assistant's wording of what an operator wants said."""
+        """The assistant's wording of what an operator wants said; `LLMError` if the
+        model could not be reached."""
+        if self._llm.name == OFFLINE:
+            # The offline stand-in would send the person its own "no model" notice.
+            raise NoModel("no model is configured to write it: send `text` instead")
         recent = await self._messages.messages_before(conversation_id, MAX_INT64, CONTEXT_MESSAGES)
         asked = ChatTurn("user", label(instruction, source=OPERATOR_SOURCE))
         turns = [*render_live(recent, "UTC"), asked]

@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator
 
 from gateway.llm.base import Prompt
 
+OFFLINE = "offline"
+
 
 class OfflineProvider:
-    name = "offline"
+    name = OFFLINE
 
     async def stream(self, prompt: Prompt) -> AsyncIterator[str]:
         for piece in offline_reply(prompt):

@@ -132,6 +132,8 @@ class Messages:
         With `held`, the message is stored only while that lease is still ours
         (`LeaseLost` otherwise): a turn that lost its conversation stores no reply.
         """
+        # One transaction (seq, insert, redelivery): split, the seq could be reserved
+        # by one statement and used by another's.
         is_user = new.role is Role.USER
         async with self._writers, self._sessions() as session:
             if held is not None:

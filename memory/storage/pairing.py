@@ -94,6 +94,7 @@ class Pairings:
         ttl: timedelta,
         cap: int,
     ) -> Pairing | _Again | None:
+        # One transaction from the read to the insert it decides on, so one function.
         async with self._sessions() as session:
             row = await session.scalar(
                 select(PairingRequest).where(

@@ -59,7 +59,7 @@ class Imported(BaseModel):
         return cls.model_validate(counts, from_attributes=True)
 
 
-@router.delete("/sessions/{session_id}", responses=responses(404, 409))
+@router.delete("/sessions/{session_id}", tags=["sessions"], responses=responses(404, 409))
 async def delete_session(services: ServicesDep, session_id: uuid.UUID) -> Deleted:
     """Delete the conversation with its messages, archive (and transcript files),
     jobs and deliveries. A person's own conversation starts again empty; the person,

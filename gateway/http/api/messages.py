@@ -9,7 +9,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.channels.operator_messages import NoRecipient
+from gateway.channels.operator_messages import NoModel, NoRecipient
+from gateway.errors import LLMError
 from gateway.http.api.inputs import Input
 from gateway.http.api.once import OnceDep
 from gateway.http.deps import CursorsDep, ServicesDep
@@ -168,7 +169,7 @@ async def search_session(
     "/sessions/{session_id}/messages",
     status_code=201,
     response_model=OperatorMessage,
-    responses=responses(404, 409, 422),
+    responses=responses(404, 409, 422, 503),
 )
 async def send_message(
     services: ServicesDep, once: OnceDep, session_id: uuid.UUID, body: OperatorMessageIn
@@ -179,15 +180,22 @@ async def send_message(
     async def send() -> OperatorMessage:
         await _require(services, session_id)
         operator = services.operator_messages
+        try:
+            target = await operator.recipient(session_id, body.channel)
+        except NoRecipient as exc:
+            raise ApiError(422, str(exc), code="no_recipient") from None
         text = body.text
         if text is None:
             assert body.instruction is not None
-            text = await operator.compose(session_id, body.instruction)
-        try:
-            message = await operator.send(session_id, text, body.channel)
-        except NoRecipient as exc:
-            raise ApiError(422, str(exc), code="no_recipient") from None
-        return OperatorMessage.of(message)
+            try:
+                text = await operator.compose(session_id, body.instruction)
+            except NoModel as exc:
+                raise ApiError(422, str(exc), code="no_model") from None
+            except LLMError:
+                raise ApiError(
+                    503, "the model did not answer; try again later", code="model_unavailable"
+                ) from None
+        return OperatorMessage.of(await operator.send(target, text))
 
     return await once.run(send, 201, about=lambda message: message.conversation_id)
 

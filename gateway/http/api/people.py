@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gateway.http.api.inputs import Input
 from gateway.http.api.once import OnceDep
@@ -52,7 +52,10 @@ class UserOut(BaseModel):
 
 
 class MergeIn(Input):
-    other_user_id: uuid.UUID
+    other_user_id: uuid.UUID = Field(
+        description="the person who becomes part of this one",
+        examples=["6f1c2e4a-8d3b-4f7e-9a21-0c5d8e7b3f10"],
+    )
 
 
 class Unlinked(BaseModel):

@@ -85,7 +85,7 @@ class SessionDetail(SessionOut):
 
 
 class SessionPatch(Input):
-    title: Annotated[StorableText, Field(max_length=200)] | None = None
+    title: Annotated[StorableText, Field(max_length=200, examples=["Ada"])] | None = None
     timezone: Annotated[str, Field(max_length=64, examples=["Europe/Berlin"])] | None = None
 
     @model_validator(mode="after")
