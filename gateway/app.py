@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from gateway.clock import Clock
 from gateway.http import api, docs, exports, health
 from gateway.http.access_log import AccessLog
+from gateway.http.cors import WebchatCORS
 from gateway.http.errors import install_error_handlers
 from gateway.http.headers import SecurityHeaders
 from gateway.http.limits import BodyLimit
@@ -38,6 +39,8 @@ def create_app(
         BodyLimit, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout_seconds
     )
     app.add_middleware(SecurityHeaders)
+    if settings.webchat_allowed_origins:
+        app.add_middleware(WebchatCORS, origins=settings.webchat_allowed_origins)
     app.add_middleware(AccessLog)  # outermost: it sees every answer, 413s included
     install_error_handlers(app)
     app.include_router(health.router)

@@ -58,6 +58,8 @@ _DEFAULT_BASE_URLS = {
 }
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
+# scheme://host[:port], no path: what a browser sends as Origin.
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 CommaFloats = Annotated[tuple[float, ...], NoDecode]
 
 
@@ -98,6 +100,12 @@ class Settings(BaseSettings):
     webchat_sessions_per_minute: int = Field(default=20, ge=1)
     webchat_messages_per_minute: int = Field(default=30, ge=1)
     webchat_sockets_per_visitor: int = Field(default=5, ge=1)
+    # Signs the identity tokens a site gives the widget for its logged-in user (HS256);
+    # unset: only anonymous visitors.
+    webchat_identity_secret: SecretStr | None = None
+    # Origins whose pages may call the web chat API (CORS) and frame it; unset: only
+    # Parley's own.
+    webchat_allowed_origins: CommaList = ()
 
     llm_provider: LLMProviderName = LLMProviderName.OFFLINE
     llm_base_url: str | None = None
@@ -228,7 +236,25 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown IANA time zone {value!r}") from exc
         return value
 
-    @field_validator("admin_token", "secret_key")
+    @field_validator("webchat_allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        origins = tuple(part.strip().rstrip("/") for part in value.split(",") if part.strip())
+        for origin in origins:
+            if not _ORIGIN.fullmatch(origin):
+                raise ValueError(f"{origin!r} is not an origin like https://shop.example")
+        return origins
+
+    @field_validator("webchat_identity_secret")
+    @classmethod
+    def _hs256_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().encode()) < 32:
+            raise ValueError("must be at least 32 bytes: it is an HS256 key")
+        return value
+
+    @field_validator("admin_token", "secret_key", "webchat_identity_secret")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:

@@ -64,6 +64,7 @@ OPERATIONS = {
     "GET /api/v1/deliveries",
     "POST /api/v1/deliveries/{message_id}/retry",
     "POST /webchat/sessions",
+    "POST /webchat/identify",
     "POST /webchat/messages",
     "GET /webchat/messages",
 }

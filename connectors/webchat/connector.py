@@ -10,7 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, WebSocket, status
 from fastapi.responses import HTMLResponse
 
-from connectors.webchat.schema import ExchangeOut, HistoryOut, NewVisitorOut, SendIn
+from connectors.webchat.identity import IdentityTokens
+from connectors.webchat.schema import ExchangeOut, HistoryOut, IdentifyIn, NewVisitorOut, SendIn
 from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors
@@ -47,7 +48,17 @@ class WebchatConnector:
         self.router = _router(self.visitors)
 
     async def start(self, core: Gateway) -> None:
-        self.visitors.open(core, VisitorTokens(signing_key(self.visitors.settings)))
+        settings = self.visitors.settings
+        clock = core.clock
+
+        def now() -> float:
+            return clock.now().timestamp()
+
+        secret = settings.webchat_identity_secret
+        identities = (
+            None if secret is None else IdentityTokens(secret.get_secret_value().encode(), now)
+        )
+        self.visitors.open(core, VisitorTokens(signing_key(settings), now=now), identities)
 
     async def stop(self) -> None:
         return None
@@ -92,6 +103,20 @@ def _router(visitors: Visitors) -> APIRouter:
     async def new_session(request: Request) -> NewVisitorOut:
         visitors.new_sessions.take(request.client.host if request.client else "")
         visitor, token = await visitors.new_visitor()
+        return NewVisitorOut(token=token, conversation_id=visitor.identity.conversation_id)
+
+    @router.post(
+        "/webchat/identify",
+        responses={
+            401: {"description": "the identity token is refused (the answer says why)"},
+            429: {"description": "too many sign-ins from this address"},
+        },
+    )
+    async def identify(body: IdentifyIn, request: Request) -> NewVisitorOut:
+        """Exchange a site's identity token for a web chat token of that person's one
+        conversation; it expires with the identity token."""
+        visitors.new_sessions.take(request.client.host if request.client else "")
+        visitor, token = await visitors.identify(body.identity_token)
         return NewVisitorOut(token=token, conversation_id=visitor.identity.conversation_id)
 
     @router.post(

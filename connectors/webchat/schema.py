@@ -22,6 +22,12 @@ class NewVisitorOut(BaseModel):
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
 
+class IdentifyIn(BaseModel):
+    model_config = _STRICT
+
+    identity_token: str = Field(min_length=1, max_length=4096)
+
+
 class SendIn(BaseModel):
     model_config = _STRICT
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from connectors.webchat.identity import IdentityTokens
 from connectors.webchat.tokens import VisitorTokens
 from gateway.channels.port import Gateway, IdentityRef, Received
-from gateway.errors import InputError
+from gateway.errors import AuthError, InputError
 from gateway.http.ratelimit import RateLimit, Slots
 from gateway.messages import Inbound
 from gateway.settings import Settings
 
 CHANNEL = "webchat"
 VISITOR_NAME = "Web visitor"
+# A site's identified user is the web chat identity `site:<sub>` (anonymous visitors'
+# ids are hex, so the two never meet).
+SITE_PREFIX = "site:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,14 +31,19 @@ class Visitors:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._tokens: VisitorTokens | None = None
+        self._identities: IdentityTokens | None = None
         self.new_sessions = RateLimit(settings.webchat_sessions_per_minute, "new sessions")
         self.messages = RateLimit(settings.webchat_messages_per_minute, "messages")
         # A client told to wait for a free socket slot tries again after this long.
         self.sockets = Slots(settings.webchat_sockets_per_visitor, "open sockets", retry_after=10)
 
-    def open(self, gateway: Gateway, tokens: VisitorTokens) -> None:
+    def open(
+        self, gateway: Gateway, tokens: VisitorTokens, identities: IdentityTokens | None
+    ) -> None:
+        """`identities`: reads sites' identity tokens (None: none are taken)."""
         self.gateway = gateway
         self._tokens = tokens
+        self._identities = identities
 
     @property
     def tokens(self) -> VisitorTokens:
@@ -45,6 +54,20 @@ class Visitors:
     async def new_visitor(self) -> tuple[Visitor, str]:
         visitor_id, token = self.tokens.new_visitor()
         return await self.by_id(visitor_id), token
+
+    async def identify(self, identity_token: str) -> tuple[Visitor, str]:
+        """The visitor a site's identity token names (their one conversation, on any
+        device) and a token for them that expires with it."""
+        if self._identities is None:
+            raise AuthError(
+                "this gateway takes no identity tokens: PARLEY_WEBCHAT_IDENTITY_SECRET is unset"
+            )
+        user = self._identities.read(identity_token)
+        visitor_id = f"{SITE_PREFIX}{user.sub}"
+        identity = await self.gateway.identity(CHANNEL, visitor_id, user.name or VISITOR_NAME)
+        return Visitor(visitor_id, identity), self.tokens.issue_identified(
+            visitor_id, user.expires_at
+        )
 
     async def visitor(self, token: str) -> Visitor:
         return await self.by_id(self.tokens.verify(token))

@@ -1,0 +1,121 @@
+"""A site's identified user: one conversation on every device, refused tokens said
+plainly, sessions that end with the site's token; CORS for the allowed origins only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jwt
+
+from tests.fakes.llm_server import FakeLLM
+from tests.support.clock import ManualClock
+from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, running_gateway
+
+SECRET = "site-identity-secret-0123456789abcdef"
+SHOP = "https://shop.example"
+START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def _token(clock: ManualClock, secret: str = SECRET, **claims: Any) -> str:
+    values: dict[str, Any] = {
+        "sub": "user-42",
+        "name": "Ada",
+        "exp": int((clock.now() + timedelta(hours=1)).timestamp()),
+    }
+    return jwt.encode(values | claims, secret, algorithm="HS256")
+
+
+async def _identify(gw: Gateway, token: str) -> tuple[int, dict[str, Any]]:
+    response = await gw.http.post("/webchat/identify", json={"identity_token": token})
+    return response.status_code, response.json()
+
+
+async def test_one_person_on_every_device_and_nobody_else(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    clock = ManualClock(START)
+    settings = make_settings(database_url, tmp_path, llm, webchat_identity_secret=SECRET)
+    async with running_gateway(settings, clock=clock) as gw:
+        _, phone = await _identify(gw, _token(clock))
+        _, laptop = await _identify(gw, _token(clock))
+        _, stranger = await _identify(gw, _token(clock, sub="user-43"))
+        await gw.send(phone["token"], "written on the phone")
+        on_laptop = await gw.history(laptop["token"])
+        for_stranger = await gw.history(stranger["token"])
+        people = (
+            await gw.http.get("/api/v1/users", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        ).json()["items"]
+        clock.advance(timedelta(hours=2))
+        expired = await gw.http.get(
+            "/webchat/messages", headers={"Authorization": f"Bearer {laptop['token']}"}
+        )
+
+    assert phone["conversation_id"] == laptop["conversation_id"]
+    assert stranger["conversation_id"] != phone["conversation_id"]
+    assert phone["token"].startswith("wc2.")
+    assert [m["text"] for m in on_laptop][:1] == ["written on the phone"]
+    assert for_stranger == []
+    assert sorted(i["external_id"] for p in people for i in p["identities"]) == [
+        "site:user-42",
+        "site:user-43",
+    ]
+    assert {p["display_name"] for p in people} == {"Ada"}
+    assert expired.status_code == 401
+    assert "expired" in expired.json()["detail"]
+
+
+async def test_refused_identity_tokens_say_why(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    clock = ManualClock(START)
+    settings = make_settings(database_url, tmp_path, llm, webchat_identity_secret=SECRET)
+    past = int((START - timedelta(minutes=5)).timestamp())
+    too_long = int((START + timedelta(hours=25)).timestamp())
+    unsigned = jwt.encode({"sub": "x", "exp": too_long}, key="", algorithm="none")
+    async with running_gateway(settings, clock=clock) as gw:
+        answers = {
+            "expired": await _identify(gw, _token(clock, exp=past)),
+            "other secret": await _identify(
+                gw, _token(clock, secret="another-secret-0123456789abcdefghij")
+            ),
+            "too long": await _identify(gw, _token(clock, exp=too_long)),
+            "alg none": await _identify(gw, unsigned),
+            "odd sub": await _identify(gw, _token(clock, sub="a:b")),
+            "no sub": await _identify(gw, _token(clock, sub=None)),
+            "garbage": await _identify(gw, "not a token"),
+        }
+    off = make_settings(database_url, tmp_path / "off", llm)
+    async with running_gateway(off, clock=clock) as gw:
+        unset = await _identify(gw, _token(clock))
+
+    assert {name: status for name, (status, _) in answers.items()} == dict.fromkeys(answers, 401)
+    assert "expired" in answers["expired"][1]["detail"]
+    assert "24 hours" in answers["too long"][1]["detail"]
+    assert "sub" in answers["odd sub"][1]["detail"]
+    assert unset[0] == 401
+    assert "PARLEY_WEBCHAT_IDENTITY_SECRET" in unset[1]["detail"]
+
+
+async def test_allowed_origins_may_call_the_web_chat_api_and_nothing_else(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm, webchat_allowed_origins=SHOP)
+    preflight = {"Access-Control-Request-Method": "POST"}
+    async with running_gateway(settings) as gw:
+        allowed = await gw.http.options("/webchat/messages", headers=preflight | {"Origin": SHOP})
+        other = await gw.http.options(
+            "/webchat/messages", headers=preflight | {"Origin": "https://evil.example"}
+        )
+        created = await gw.http.post("/webchat/sessions", headers={"Origin": SHOP})
+        operator = await gw.http.get(
+            "/api/v1/sessions",
+            headers={"Origin": SHOP, "Authorization": f"Bearer {ADMIN_TOKEN}"},
+        )
+
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == SHOP
+    assert "access-control-allow-origin" not in other.headers
+    assert created.headers["access-control-allow-origin"] == SHOP
+    assert "access-control-allow-origin" not in operator.headers
