@@ -3,6 +3,7 @@
 # No `from __future__ import annotations`: FastAPI must evaluate the route signatures,
 # whose dependencies are local to `_router`.
 
+import html
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -26,11 +27,19 @@ from gateway.text import MAX_INT64
 PAGE = Path(__file__).with_name("page.html")
 PAGE_CSS = PAGE.with_name("page.css")
 PAGE_JS = PAGE.with_name("page.js")
+WIDGET_JS = PAGE.with_name("widget.js")
 # Only the page's own files and its own socket (CSP3 'self' covers same-origin ws:).
-PAGE_CSP = (
+_PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; "
 )
+PAGE_CSP = _PAGE_POLICY + "frame-ancestors 'none'"
+# Where the widget's frame may sit: Parley's own pages and the allowed origins'.
+HOSTS_META = '<meta name="parley-hosts" content="{hosts}">'
+
+
+def frame_csp(origins: Sequence[str]) -> str:
+    return _PAGE_POLICY + "frame-ancestors " + " ".join(["'self'", *origins])
 
 
 def create(settings: Settings) -> "WebchatConnector":
@@ -46,6 +55,7 @@ class WebchatConnector:
     def __init__(self, settings: Settings) -> None:
         self.visitors = Visitors(settings)
         self.router = _router(self.visitors)
+        self.router.include_router(_page_router(settings.webchat_allowed_origins))
 
     async def start(self, core: Gateway) -> None:
         settings = self.visitors.settings
@@ -79,7 +89,7 @@ class WebchatConnector:
 def _router(visitors: Visitors) -> APIRouter:
     # The routes are closures over `visitors` and share the two auth dependencies
     # defined first, which is why they are one function.
-    router = _page_router()
+    router = APIRouter(tags=["web chat"])
 
     def bearer(authorization: Annotated[str | None, Header()] = None) -> str:
         """The visitor a token grants (checked by signature alone, no database)."""
@@ -151,16 +161,37 @@ def _router(visitors: Visitors) -> APIRouter:
     return router
 
 
-def _page_router() -> APIRouter:
-    """The page and its own files, served with a CSP that allows nothing else."""
+def _page_router(origins: Sequence[str]) -> APIRouter:
+    """The page, the widget's frame (the same page, framed by the allowed origins) and
+    their own files, served with a CSP that allows nothing else."""
     router = APIRouter(tags=["web chat"])
     page_html = PAGE.read_text(encoding="utf-8")
     page_css = PAGE_CSS.read_text(encoding="utf-8")
     page_js = PAGE_JS.read_text(encoding="utf-8")
+    widget_js = WIDGET_JS.read_text(encoding="utf-8")
+    hosts = HOSTS_META.format(hosts=html.escape(" ".join(origins)))
+    frame_html = page_html.replace("<head>\n", f"<head>\n{hosts}\n", 1)
+    framed = {"Content-Security-Policy": frame_csp(origins)}
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
         return HTMLResponse(page_html, headers={"Content-Security-Policy": PAGE_CSP})
+
+    @router.get("/webchat/frame", response_class=HTMLResponse, include_in_schema=False)
+    async def frame() -> HTMLResponse:
+        return HTMLResponse(frame_html, headers=framed)
+
+    @router.get("/webchat/widget.js", include_in_schema=False)
+    async def widget() -> Response:
+        # Any site may load the loader; what it opens is the framed page above.
+        return Response(
+            widget_js,
+            media_type="text/javascript",
+            headers={
+                "Cross-Origin-Resource-Policy": "cross-origin",
+                "Cache-Control": "max-age=300",
+            },
+        )
 
     @router.get("/webchat/page.css", include_in_schema=False)
     async def page_style() -> Response:

@@ -8,6 +8,62 @@
   const unacked = new Map();  // client_id -> text, until the server has stored it
   let lastSeq = 0, socket = null, draft = null, backoff = 500;
 
+  // In the widget's frame: the page that framed us, if it is one of the allowed origins
+  // the server lists, may focus the box and identify its user; we tell it when messages
+  // arrive (never their text) and when Escape asks to close.
+  const hosts = (document.querySelector('meta[name="parley-hosts"]')?.content || "").split(" ");
+  const parentOrigin = window.parent === window ? "" :
+    (location.ancestorOrigins && location.ancestorOrigins[0]) ||
+    (document.referrer ? new URL(document.referrer).origin : "");
+  const trusted = parentOrigin !== "" &&
+    (parentOrigin === location.origin || hosts.includes(parentOrigin));
+
+  function tellHost(type, fields) {
+    if (trusted) window.parent.postMessage({ type, ...fields }, parentOrigin);
+  }
+
+  if (trusted) {
+    // The site's title for its chat, and a way to close it where there is no Escape key.
+    const header = document.querySelector("header");
+    if (location.hash.length > 1) header.firstChild.textContent = decodeURIComponent(location.hash.slice(1)) + " ";
+    const close = document.createElement("button");
+    close.type = "button";
+    close.className = "close";
+    close.textContent = "×";
+    close.setAttribute("aria-label", "Close chat");
+    close.addEventListener("click", () => tellHost("parley:close", {}));
+    header.appendChild(close);
+  }
+
+  window.addEventListener("message", (e) => {
+    if (!trusted || e.source !== window.parent || e.origin !== parentOrigin || !e.data) return;
+    if (e.data.type === "parley:focus") input.focus();
+    else if (e.data.type === "parley:identify") identify(String(e.data.token)).catch(failed);
+  });
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape") tellHost("parley:close", {});
+  });
+
+  // The site's user: their own conversation from now on (the token is kept like ours).
+  async function identify(identityToken) {
+    const r = await fetch("/webchat/identify", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ identity_token: identityToken }),
+    });
+    const body = await r.json();
+    if (!r.ok) {
+      const why = typeof body.detail === "string" ? body.detail : "the token was refused";
+      bubble("event").textContent = "Sign-in refused: " + why;
+      return;
+    }
+    if (localStorage.getItem(KEY) === body.token) return;
+    forget();
+    localStorage.setItem(KEY, body.token);
+    status.textContent = "signing in…";
+    if (socket) socket.close();  // reconnects as them
+  }
+
   async function token() {
     let t = localStorage.getItem(KEY);
     if (t) return t;
@@ -42,6 +98,7 @@
     if (later) log.insertBefore(el, later[1]);
     shown.set(m.seq, el);
     lastSeq = Math.max(lastSeq, m.seq);
+    tellHost("parley:event", { event: "message", data: { seq: m.seq, role: m.role } });
     log.scrollTop = log.scrollHeight;
   }
 

@@ -19,11 +19,7 @@ _EVERY_RESPONSE = {
     # No link or fetch tells another site which of our URLs (or query strings) it came from.
     "Referrer-Policy": "no-referrer",
 }
-_EVERY_PAGE = {
-    "Content-Security-Policy": STRICT_CSP,
-    # For browsers that predate CSP's frame-ancestors.
-    "X-Frame-Options": "DENY",
-}
+NOT_FRAMED = "frame-ancestors 'none'"
 
 
 class SecurityHeaders:
@@ -44,11 +40,14 @@ class SecurityHeaders:
 
 
 def _add(headers: MutableHeaders) -> None:
-    wanted = dict(_EVERY_RESPONSE)
-    if _is_html(headers.get("content-type", "")):
-        wanted |= _EVERY_PAGE
-    for name, value in wanted.items():
+    for name, value in _EVERY_RESPONSE.items():
         headers.setdefault(name, value)
+    if _is_html(headers.get("content-type", "")):
+        policy = headers.setdefault("Content-Security-Policy", STRICT_CSP)
+        if NOT_FRAMED in policy:
+            # For browsers that predate CSP's frame-ancestors (a page that may be
+            # framed, the web chat's frame, says where in its own policy).
+            headers.setdefault("X-Frame-Options", "DENY")
 
 
 def _is_html(content_type: str) -> bool:
