@@ -302,3 +302,32 @@ async def test_a_failed_session_start_is_retried(
         assert refused == ["POST"]
         await send_from_page(page, "second time lucky")
         await shows(page, ["second time lucky", "reply 1"])
+
+
+HOSTILE_REPLY = (
+    "Hi **there**, *mind* `this`:\n- one\n- two\n```\n<b>kept as text</b>\n```\n"
+    '<img src=x onerror="window.pwned = 1"> [click](javascript:window.pwned=2) '
+    "[docs](https://example.org/a?b=1)"
+)
+
+
+async def test_replies_render_as_safe_markdown_and_nothing_else(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    llm.script(Reply(HOSTILE_REPLY))
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await open_chat(page, gw.url)
+        await send_from_page(page, "show me")
+        reply = page.locator(".msg.assistant:not(.draft)")
+        await expect(reply.locator("strong")).to_have_text("there")
+        made = await reply.evaluate(
+            "e => [...e.querySelectorAll('*')].map(n => n.tagName.toLowerCase())"
+        )
+        links = await reply.locator("a").evaluate_all("as => as.map(a => a.href)")
+        pwned = await page.evaluate("window.pwned")
+        code = await reply.locator("pre code").text_content()
+
+    assert sorted(set(made)) == ["a", "code", "em", "li", "pre", "strong", "ul"]
+    assert links == ["https://example.org/a?b=1"]
+    assert code == "<b>kept as text</b>"
+    assert pwned is None

@@ -27,6 +27,7 @@ from gateway.text import MAX_INT64
 PAGE = Path(__file__).with_name("page.html")
 PAGE_CSS = PAGE.with_name("page.css")
 PAGE_JS = PAGE.with_name("page.js")
+MARKDOWN_JS = PAGE.with_name("markdown.js")
 WIDGET_JS = PAGE.with_name("widget.js")
 # Only the page's own files and its own socket (CSP3 'self' covers same-origin ws:).
 _PAGE_POLICY = (
@@ -169,6 +170,7 @@ def _page_router(origins: Sequence[str]) -> APIRouter:
     page_css = PAGE_CSS.read_text(encoding="utf-8")
     page_js = PAGE_JS.read_text(encoding="utf-8")
     widget_js = WIDGET_JS.read_text(encoding="utf-8")
+    markdown_js = MARKDOWN_JS.read_text(encoding="utf-8")
     hosts = HOSTS_META.format(hosts=html.escape(" ".join(origins)))
     frame_html = page_html.replace("<head>\n", f"<head>\n{hosts}\n", 1)
     framed = {"Content-Security-Policy": frame_csp(origins)}
@@ -180,6 +182,10 @@ def _page_router(origins: Sequence[str]) -> APIRouter:
     @router.get("/webchat/frame", response_class=HTMLResponse, include_in_schema=False)
     async def frame() -> HTMLResponse:
         return HTMLResponse(frame_html, headers=framed)
+
+    @router.get("/webchat/markdown.js", include_in_schema=False)
+    async def markdown_script() -> Response:
+        return Response(markdown_js, media_type="text/javascript")
 
     @router.get("/webchat/widget.js", include_in_schema=False)
     async def widget() -> Response:

@@ -86,7 +86,8 @@
     if (m.role !== "user" && draft) { draft.remove(); draft = null; }
     const el = bubble(m.role);
     el.dataset.seq = m.seq;
-    el.textContent = m.text;
+    if (m.role === "assistant") el.append(window.ParleyMarkdown.render(m.text));
+    else el.textContent = m.text;
     if (m.channel !== "webchat") {
       const via = document.createElement("span");
       via.className = "via";
