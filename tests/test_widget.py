@@ -100,21 +100,28 @@ async def test_the_widget_on_an_allowed_site_chats_and_keeps_its_history(
             font = await frame.locator(".msg.assistant").evaluate(
                 "e => getComputedStyle(e).fontSize"
             )
-            seen = await page.evaluate("window.seen.map(m => m.role)")
+
+            async def seen_by_host() -> list[str]:
+                roles: list[str] = await page.evaluate("(window.seen || []).map(m => m.role)")
+                return roles
+
+            # Told by messages of their own, which may land after the reply is shown.
+            seen = await eventually(seen_by_host, until=lambda roles: len(roles) >= 2)
             # Artifacts to look at: the open panel, wide and at 360 px.
             await page.screenshot(path=tmp_path / "widget-desktop.png")
             await page.set_viewport_size({"width": 360, "height": 740})
             await page.screenshot(path=tmp_path / "widget-360.png")
             narrow = await element.bounding_box()
             await frame.get_by_label("Message").press("Escape")
-            hidden = await element.is_hidden()
+            # The frame asks the page to close it by a message: wait for the page to act.
+            hidden = await eventually(element.is_hidden, until=bool)
 
             await page.reload()
             again = await _open_by_keyboard(page)
             history = await again.locator(".msg").all_text_contents()
             title = await again.locator("header").text_content()
             await again.get_by_role("button", name="Close chat").click()
-            closed = await (await again.frame_element()).is_hidden()
+            closed = await eventually((await again.frame_element()).is_hidden, until=bool)
 
     assert size is not None
     assert 300 <= size["width"] <= 400  # the host's `iframe { width: 10px }` did not apply
