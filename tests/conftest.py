@@ -5,8 +5,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.engine import create_engine
+from memory.storage.engine import create_engine, session_factory
 from tests.fakes.llm_server import FakeLLM, fake_llm
 from tests.support import databases
 from tests.support.world import World, build_world
@@ -36,6 +37,16 @@ def database_url(request: pytest.FixtureRequest, _sqlite_template: Path, tmp_pat
 async def llm() -> AsyncIterator[FakeLLM]:
     async with fake_llm() as server:
         yield server
+
+
+@pytest.fixture
+async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """Sessions of an empty, migrated database on each backend."""
+    engine = create_engine(database_url)
+    try:
+        yield session_factory(engine)
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture

@@ -198,7 +198,7 @@ async def test_status_reading_below_summaries_and_transcript_files(
         parent = next(c for c in chunks if c.level == 1)
         children = await archive.children(parent.id)
         by_date = await archive.in_range(conversation_id, 0, parent.time_start, parent.time_end)
-        hits = await archive.search(conversation_id, "M00003")
+        hits = await gw.services.repos.search.search(conversation_id, "M00003", limit=20)
         transcript = await archive.transcript(children[0].id)
         archived = await archive.messages_of(children[0].id)
         status = (await gw.send(token, "/status")).json()
@@ -208,8 +208,9 @@ async def test_status_reading_below_summaries_and_transcript_files(
 
     assert [c.parent_id for c in children] == [parent.id] * len(children)
     assert {c.id for c in children} <= {c.id for c in by_date}
-    assert hits
-    assert hits[0][1].startswith("m00003")
+    in_transcripts = [hit for hit in hits if hit.chunk_id is not None]
+    assert in_transcripts
+    assert all("«m00003»" in hit.snippet for hit in in_transcripts)
     assert transcript is not None
     assert all(m.text in transcript for m in archived)
     files = list((tmp_path / "archive" / conversation).glob("*.txt"))

@@ -7,7 +7,6 @@ start many of the same first writes at once, on SQLite and on Postgres.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +14,6 @@ import pytest
 from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.engine import create_engine, session_factory
 from memory.storage.messages import NewMessage
 from memory.storage.models import Conversation, ConversationKind, Role, SentPart, User
 from memory.storage.repositories import Repositories
@@ -23,15 +21,6 @@ from memory.tokens import message_tokens
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 RACERS = 8
-
-
-@pytest.fixture
-async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(database_url)
-    try:
-        yield session_factory(engine)
-    finally:
-        await engine.dispose()
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 bookkeeping of which chunks gave their facts to the profile.
 
 These are the read-only ways below a summary (later model tools and REST): expand a
-row into its children by id or date range, search the verbatim transcripts, read one.
+row into its children by id or date range, read a transcript (full-text search over
+them is `memory.storage.search`).
 """
 
 from __future__ import annotations
@@ -214,30 +215,6 @@ class ArchiveReads:
     async def transcript(self, chunk_id: int) -> str | None:
         async with self._sessions() as session:
             return await session.scalar(select(Chunk.transcript).where(Chunk.id == chunk_id))
-
-    async def search(
-        self, conversation_id: uuid.UUID, needle: str, limit: int = 20
-    ) -> list[tuple[int, str]]:
-        """(chunk id, matching line) for transcripts containing `needle` (any case)."""
-        lowered = needle.lower()
-        async with self._sessions() as session:
-            rows = await session.execute(
-                select(Chunk.id, Chunk.transcript)
-                .where(
-                    Chunk.conversation_id == conversation_id,
-                    Chunk.level == 0,
-                    func.lower(Chunk.transcript).contains(lowered, autoescape=True),
-                )
-                .order_by(Chunk.seq_start)
-            )
-            hits = []
-            for chunk_id, text in rows:
-                for line in (text or "").splitlines():
-                    if lowered in line.lower():
-                        hits.append((int(chunk_id), line))
-                        if len(hits) >= limit:
-                            return hits
-        return hits
 
     async def messages_of(self, chunk_id: int) -> list[StoredMessage]:
         async with self._sessions() as session:
