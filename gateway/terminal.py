@@ -69,9 +69,10 @@ async def run_chat(
     write: Write = _write_stdout,
 ) -> None:
     token = await session_token(base, token_file)
-    ws_url = base.replace("http", "ws", 1) + f"/webchat/ws?token={token}"
+    ws_url = base.replace("http", "ws", 1) + "/webchat/ws"
     try:
         async with connect(ws_url) as socket:
+            await socket.send(json.dumps({"type": "auth", "token": token}))
             write("Connected to Parley. Type a message; Ctrl-D to leave.\n")
             async for line in lines or _stdin_lines():
                 if line.strip():

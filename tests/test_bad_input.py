@@ -239,7 +239,7 @@ async def test_limits_answer_429_with_retry_after(
             # Answered, so this socket holds its slot before the second one asks.
             await first.send(json.dumps({"type": "message", "text": "over", "client_id": "c"}))
             over = await next_frame(first, "error")
-            async with gw.socket(token) as second:
+            async with gw.socket(token, ready=False) as second:
                 refused_socket = await next_frame(second)
                 await second.wait_closed()
                 closed = second.close_code

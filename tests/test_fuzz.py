@@ -225,12 +225,13 @@ def test_web_chat_socket_survives_bad_frames(server: FuzzServer, frame: str | by
 @example(odd="wc1.\x00.\x00")
 def test_web_chat_socket_refuses_odd_tokens(server: FuzzServer, odd: str) -> None:
     server.begin(odd)
-    with open_socket(server, odd) as ws:
-        [refusal] = frames_until(server, ws, lambda _: True, odd)
-        code = close_code(ws)
-    assert refusal["type"] == "error", refusal
-    assert refusal["code"] == "unauthorized", refusal
-    assert code == 4401, (odd, code)
+    for in_url in (False, True):
+        with open_socket(server, odd, in_url=in_url) as ws:
+            [refusal] = frames_until(server, ws, lambda _: True, odd)
+            code = close_code(ws)
+        assert refusal["type"] == "error", refusal
+        assert refusal["code"] == "unauthorized", refusal
+        assert code == 4401, (odd, code, in_url)
     server.assert_no_errors(odd)
 
 

@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import Route
 
-from connectors.webchat.connector import PAGE_CSP
+from connectors.webchat.connector import DEMO_CSP, frame_csp
 from gateway.http.docs import DOCS_CSP
 from gateway.http.headers import STRICT_CSP, SecurityHeaders
 from tests.fakes.llm_server import FakeLLM
@@ -50,18 +50,22 @@ async def test_pages_carry_their_policy_and_every_response_says_nosniff(
 ) -> None:
     settings = make_settings(database_url, tmp_path, None, max_body_bytes=4096)
     async with running_gateway(settings) as gw:
-        chat = await gw.http.get("/")
+        demo = await gw.http.get("/")
+        chat = await gw.http.get("/webchat/frame")
         docs = await gw.http.get("/docs")
         health = await gw.http.get("/healthz")
         missing = await gw.http.get("/no/such/page")
         too_big = await gw.http.post("/webchat/messages", content=b"x" * 5000)
 
-    for page, policy in ((chat, PAGE_CSP), (docs, DOCS_CSP)):
+    for page, policy in ((demo, DEMO_CSP), (chat, frame_csp([])), (docs, DOCS_CSP)):
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
         assert page.headers.get_list("content-security-policy") == [policy]
-        assert page.headers["x-frame-options"] == "DENY"
         _cheap_headers(page)
+    # Only the chat itself may be framed (by Parley's own pages, here).
+    assert demo.headers["x-frame-options"] == "DENY"
+    assert docs.headers["x-frame-options"] == "DENY"
+    assert "x-frame-options" not in chat.headers
     # JSON answers, errors and middleware refusals alike: the cheap headers, no page policy.
     for response, status in ((health, 200), (missing, 404), (too_big, 413)):
         assert response.status_code == status

@@ -4,9 +4,11 @@ streams, acknowledges and resumes."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.fakes.llm_server import FakeLLM, Reply
@@ -109,19 +111,22 @@ async def test_socket_acks_streams_and_delivers_the_reply(
     llm.script(Reply("streamed in pieces", pieces=3))
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         token, _ = await gw.visitor()
-        async with gw.socket(token) as ws:
+        async with gw.socket(token, ready=False) as ws:
+            ready = await next_frame(ws)
             await ws.send('{"type": "message", "text": "hi socket", "client_id": "k1"}')
             ack = await next_frame(ws, "ack")
-            frames = [await next_frame(ws) for _ in range(5)]
+            frames = [await next_frame(ws) for _ in range(6)]
 
+    assert ready == {"type": "ready", "seen_seq": 0}
     assert ack == {"type": "ack", "client_id": "k1", "seq": 1}
     assert frames[0]["type"] == "message"
     assert frames[0]["seq"] == 1
     assert frames[0]["text"] == "hi socket"
-    deltas = [f["text"] for f in frames[1:4]]
-    assert all(f["type"] == "delta" for f in frames[1:4])
+    assert frames[1] == {"type": "typing"}  # the model is asked; nothing written yet
+    deltas = [f["text"] for f in frames[2:5]]
+    assert all(f["type"] == "delta" for f in frames[2:5])
     assert "".join(deltas) == "streamed in pieces"
-    assert frames[4] | {"created_at": ""} == {
+    assert frames[5] | {"created_at": ""} == {
         "type": "message",
         "seq": 2,
         "role": "assistant",
@@ -168,13 +173,61 @@ async def test_socket_with_a_bad_token_is_closed(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
     settings = make_settings(database_url, tmp_path, llm)
-    async with running_gateway(settings) as gw, gw.socket("wc1.someone.forged") as ws:
+    async with running_gateway(settings) as gw, gw.socket("wc1.someone.forged", ready=False) as ws:
         error = await next_frame(ws)
         with pytest.raises(ConnectionClosed) as closed:
             await asyncio.wait_for(ws.recv(), 5)
     assert error["code"] == "unauthorized"
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4401
+
+
+async def test_the_token_goes_in_the_first_frame_or_the_socket_is_closed(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        url = gw.url.replace("http", "ws", 1) + "/webchat/ws"
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"type": "resume", "after_seq": 0}))
+            refused = await next_frame(ws)
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 5)
+        # Older clients still put it in the URL.
+        async with gw.socket(token, in_url=True, ready=False) as ws:
+            ready = await next_frame(ws)
+
+    assert refused["code"] == "unauthorized"
+    assert '"auth"' in refused["detail"]
+    assert token not in refused["detail"]
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4401
+    assert ready == {"type": "ready", "seen_seq": 0}
+
+
+async def test_how_far_a_person_has_read_is_kept_for_their_next_socket(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        other, _ = await gw.visitor()
+        await gw.send(token, "one")
+        async with gw.socket(token, ready=False) as ws:
+            first = await next_frame(ws, "ready")
+            await ws.send('{"type": "seen", "seq": 2}')
+            # A device that read less does not move it back.
+            await ws.send('{"type": "seen", "seq": 1}')
+            await ws.send('{"type": "seen", "seq": -1}')
+            invalid = await next_frame(ws, "error")
+        async with gw.socket(token, ready=False) as ws:
+            again = await next_frame(ws, "ready")
+        async with gw.socket(other, ready=False) as ws:
+            theirs = await next_frame(ws, "ready")
+
+    assert first["seen_seq"] == 0
+    assert invalid["code"] == "bad_frame"
+    assert again["seen_seq"] == 2
+    assert theirs["seen_seq"] == 0
 
 
 async def test_tokens_survive_a_restart_and_only_open_their_own_conversation(

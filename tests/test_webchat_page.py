@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Page, Route, WebSocketRoute, expect
+from playwright.async_api import Page, Route, expect
 
 from connectors.webchat.tokens import VisitorTokens
 from tests.fakes.llm_server import FakeLLM, Reply
 from tests.support.harness import make_settings, running_gateway
 from tests.support.polling import eventually
-from tests.support.webpage import TIMEOUT_MS, open_chat, send_from_page
+from tests.support.webpage import TIMEOUT_MS, Line, open_chat, send_from_page
 
 # The fixtures `chromium`, `browser` and `page`.
 pytest_plugins = ["tests.support.browser"]
@@ -42,33 +42,6 @@ new MutationObserver((records) => {
     if (n.classList && n.classList.contains("draft")) window.__drafts.push(n);
 }).observe(document, { childList: true, subtree: true });
 """
-
-
-class Line:
-    """The page's web chat socket, routed through Playwright so a test can cut it."""
-
-    def __init__(self) -> None:
-        self.up = True
-        self.refused = asyncio.Event()  # set when the page tried to connect while down
-        self._open: list[tuple[WebSocketRoute, WebSocketRoute]] = []
-
-    async def install(self, page: Page) -> None:
-        await page.route_web_socket(re.compile(r"/webchat/ws\b"), self._route)
-
-    async def _route(self, page_side: WebSocketRoute) -> None:
-        if not self.up:
-            await page_side.close(code=1011, reason="line is down")
-            self.refused.set()
-            return
-        self._open.append((page_side, page_side.connect_to_server()))
-
-    async def cut(self, *, stay_down: bool) -> None:
-        self.up = not stay_down
-        self.refused.clear()
-        while self._open:
-            page_side, server_side = self._open.pop()
-            await server_side.close()
-            await page_side.close(code=1011, reason="line cut")
 
 
 async def shows(page: Page, texts: list[str]) -> None:
@@ -331,3 +304,31 @@ async def test_replies_render_as_safe_markdown_and_nothing_else(
     assert links == ["https://example.org/a?b=1"]
     assert code == "<b>kept as text</b>"
     assert pwned is None
+
+
+async def test_dark_mode_and_reduced_motion_are_followed(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    gate = asyncio.Event()
+    llm.script(Reply("done", gate=gate))
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await open_chat(page, gw.url)
+        await send_from_page(page, "hello")
+        typing = page.get_by_role("status", name="The assistant is writing")
+        await expect(typing).to_be_visible()
+        dot = typing.locator("span").first
+        moving = await dot.evaluate("e => getComputedStyle(e).animationName")
+        light = await page.evaluate("getComputedStyle(document.body).backgroundColor")
+
+        await page.emulate_media(color_scheme="dark", reduced_motion="reduce")
+        still = await dot.evaluate("e => getComputedStyle(e).animationName")
+        dark = await page.evaluate("getComputedStyle(document.body).backgroundColor")
+        text = await page.evaluate("getComputedStyle(document.body).color")
+        await page.screenshot(path=tmp_path / "dark.png")
+        gate.set()
+        await shows(page, ["hello", "done"])
+
+    assert (moving, still) == ("blink", "none")
+    assert light == "rgb(255, 255, 255)"
+    assert dark == "rgb(22, 24, 29)"
+    assert text == "rgb(232, 232, 234)"

@@ -8,10 +8,12 @@ skip with a reason when it is missing, except under CI=true, where they fail.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
@@ -19,11 +21,13 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 from playwright.async_api import Browser, Frame, Page, expect
 
+from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM, Reply
-from tests.support.harness import make_settings, running_gateway
+from tests.support.harness import Gateway, make_settings, running_gateway
+from tests.support.platforms import ADMIN, platform_gateway
 from tests.support.polling import eventually
 from tests.support.servers import serve
-from tests.support.webpage import TIMEOUT_MS, csp_violations
+from tests.support.webpage import TIMEOUT_MS, Line, csp_violations
 
 # The fixtures `chromium`, `browser` and `page`.
 pytest_plugins = ["tests.support.browser"]
@@ -41,14 +45,18 @@ HOST_PAGE = """<!doctype html>
 <script>window.Parley = window.Parley || {{ q: [] }};
 ["open", "close", "identify", "on"].forEach(n => window.Parley[n] = window.Parley[n] ||
   ((...a) => window.Parley.q.push([n, ...a])));
-window.Parley.on("message", m => (window.seen = (window.seen || []).concat([m])));</script>
+window.Parley.on("message", m => (window.seen = (window.seen || []).concat([m])));
+window.Parley.on("unread", u => (window.unread = u.count));</script>
 <script src="{gateway}/webchat/widget.js" data-title="Shop chat" async></script>
 </body></html>"""
 
 
 @contextlib.asynccontextmanager
-async def host_site(gateway: dict[str, str]) -> AsyncIterator[str]:
-    """A site on an origin of its own; its page embeds the gateway named later."""
+async def host_site(gateway: dict[str, str], *, other_site: bool = False) -> AsyncIterator[str]:
+    """A site on an origin of its own; its page embeds the gateway named later.
+
+    `other_site`: on `localhost` rather than the gateway's 127.0.0.1, another site to the
+    browser, which then gives the gateway's frame no storage (third-party storage)."""
     app = FastAPI()
 
     @app.get("/", response_class=HTMLResponse)
@@ -56,7 +64,26 @@ async def host_site(gateway: dict[str, str]) -> AsyncIterator[str]:
         return HOST_PAGE.format(gateway=gateway["url"])
 
     async with serve(app) as url:
-        yield url
+        yield url.replace("127.0.0.1", "localhost") if other_site else url
+
+
+@contextlib.asynccontextmanager
+async def shop_and_gateway(
+    database_url: str, tmp_path: Path, llm: FakeLLM, *, other_site: bool = False, **extra: Any
+) -> AsyncIterator[tuple[str, Gateway]]:
+    """The shop's site, and a gateway that lets it embed the widget."""
+    gateway: dict[str, str] = {}
+    async with host_site(gateway, other_site=other_site) as shop:
+        settings = make_settings(database_url, tmp_path, llm, webchat_allowed_origins=shop, **extra)
+        async with running_gateway(settings) as gw:
+            gateway["url"] = gw.url
+            yield shop, gw
+
+
+async def _say(frame: Frame, text: str) -> None:
+    box = frame.get_by_label("Message")
+    await box.fill(text)
+    await box.press("Enter")
 
 
 async def _frame(page: Page) -> Frame:
@@ -72,9 +99,10 @@ async def _frame(page: Page) -> Frame:
 
 async def _open_by_keyboard(page: Page) -> Frame:
     frame = await _frame(page)
-    await expect(frame.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
+    await expect(frame.locator("#text")).to_be_attached()
     await page.keyboard.press("Tab")  # the launcher is the page's first stop
     await page.keyboard.press("Enter")
+    await expect(frame.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
     return frame
 
 
@@ -204,7 +232,7 @@ async def _identified(page: Page, shop: str, identity_token: str) -> Frame:
     """A visitor of the shop whom the shop signs in; their frame, once it is theirs."""
     await page.goto(shop + "/")
     frame = await _frame(page)
-    await expect(frame.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
+    await expect(frame.locator("#text")).to_be_attached()
     before = await frame.evaluate("localStorage.getItem('parley.webchat.token')")
     await page.evaluate("t => { window.Parley.identify(t); window.Parley.open(); }", identity_token)
 
@@ -216,3 +244,238 @@ async def _identified(page: Page, shop: str, identity_token: str) -> Frame:
     )
     await expect(frame.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
     return frame
+
+
+async def _launcher_name(page: Page) -> str:
+    """The launcher's accessible name, as a screen reader is told it (the launcher is in
+    a closed shadow root, which only the accessibility tree shows)."""
+    cdp = await page.context.new_cdp_session(page)
+    try:
+        tree = await cdp.send("Accessibility.getFullAXTree")
+    finally:
+        await cdp.detach()
+    names = [
+        str(node.get("name", {}).get("value", ""))
+        for node in tree["nodes"]
+        if node.get("role", {}).get("value") == "button"
+    ]
+    return next(name for name in names if "Shop chat" in name)
+
+
+async def test_a_reply_cut_off_mid_stream_arrives_whole_and_once_after_the_reconnect(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    midway = asyncio.Event()
+    answer = "Your parcel left Lyon this morning and should arrive tomorrow."
+    llm.script(Reply(answer, pieces=6, midway=midway))
+    line = Line()
+    await line.install(page)
+    async with shop_and_gateway(database_url, tmp_path, llm) as (shop, gw):
+        await page.goto(shop + "/")
+        frame = await _open_by_keyboard(page)
+        await _say(frame, "where is my parcel?")
+        draft = frame.locator(".msg.draft")
+        await expect(draft).to_have_count(1)  # half the reply has streamed in
+        streamed = await draft.text_content()
+
+        await line.cut(stay_down=False)  # the server's end of the socket goes away
+        midway.set()
+        await expect(frame.locator("#status")).to_have_text("online")
+        await expect(frame.locator(".msg:not(.draft)")).to_have_text(
+            ["where is my parcel?", answer]
+        )
+        await expect(frame.locator(".draft")).to_have_count(0)
+        seqs = await frame.locator(".msg").evaluate_all("els => els.map(e => e.dataset.seq)")
+        stored = [m["text"] for m in await gw.history(await _frame_token(frame))]
+
+    assert streamed
+    assert answer.startswith(streamed)
+    assert streamed != answer
+    assert seqs == ["1", "2"]
+    assert stored == ["where is my parcel?", answer]
+    assert len(llm.requests) == 1
+
+
+async def test_typing_then_sending_states_and_a_message_written_offline_is_sent_once(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    gate = asyncio.Event()
+    llm.script(Reply("First answer.", gate=gate), Reply("Second answer."))
+    line = Line()
+    await line.install(page)
+    async with shop_and_gateway(database_url, tmp_path, llm) as (shop, gw):
+        await page.goto(shop + "/")
+        frame = await _open_by_keyboard(page)
+        box = frame.get_by_label("Message")
+        await box.fill("hello")
+        await box.press("Enter")
+        typing = frame.get_by_role("status", name="The assistant is writing")
+        await expect(typing).to_be_visible()  # the model is asked and held
+        gate.set()
+        await expect(frame.locator(".msg:not(.draft)")).to_have_text(["hello", "First answer."])
+        await expect(typing).to_be_hidden()
+
+        await line.cut(stay_down=True)
+        await expect(frame.locator("#status")).to_have_text("reconnecting…")
+        await box.fill("written on the train")
+        await box.press("Enter")
+        offline = frame.locator(".msg.user").last
+        await expect(offline).to_have_attribute("data-state", "sending")
+        await page.screenshot(path=tmp_path / "widget-sending.png")
+        line.up = True
+        await expect(frame.locator(".msg:not(.draft)")).to_have_text(
+            ["hello", "First answer.", "written on the train", "Second answer."]
+        )
+        state = await offline.get_attribute("data-state")
+        stored = [m["text"] for m in await gw.history(await _frame_token(frame))]
+
+    assert state is None
+    assert stored == ["hello", "First answer.", "written on the train", "Second answer."]
+
+
+async def test_the_unread_badge_counts_from_where_the_person_stopped_reading(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    async with shop_and_gateway(database_url, tmp_path, llm) as (shop, gw):
+        await page.goto(shop + "/")
+        frame = await _open_by_keyboard(page)
+        await _say(frame, "hi")
+        await expect(frame.locator(".msg:not(.draft)")).to_have_text(["hi", "reply 1"])
+        await frame.get_by_label("Message").press("Escape")
+        read_all = await _unread(page, until=lambda n: n == 0)
+
+        # From the visitor's other tab: their own words are not news, the reply is.
+        token = await _frame_token(frame)
+        assert (await gw.send(token, "from my other tab")).status_code == 200
+        one = await _unread(page, until=lambda n: n == 1)
+        name = await _launcher_name(page)
+        await page.screenshot(path=tmp_path / "widget-badge.png")
+
+        await page.reload()  # the count comes from the server, not this page's memory
+        after_reload = await _unread(page, until=lambda n: n == 1)
+        frame = await _open_by_keyboard(page)
+        opened = await _unread(page, until=lambda n: n == 0)
+        await page.reload()
+        await _frame(page)
+        settled = await _unread(page, until=lambda n: n == 0)
+        name_after = await _launcher_name(page)
+
+    assert (read_all, one, after_reload, opened, settled) == (0, 1, 1, 0, 0)
+    assert name == "Open Shop chat (1 unread)"
+    assert name_after == "Open Shop chat"
+
+
+async def test_where_the_frame_has_no_storage_the_host_page_keeps_the_token(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    sessions: list[str] = []
+    page.on(
+        "request",
+        lambda r: sessions.append(r.url) if r.url.endswith("/webchat/sessions") else None,
+    )
+    async with shop_and_gateway(database_url, tmp_path, llm, other_site=True) as (shop, gw):
+        await page.goto(shop + "/")
+        frame = await _frame(page)
+        await expect(frame.locator("html")).to_have_attribute("data-storage", "host")
+        before_opening = (await _host_storage(page), list(sessions))
+        frame = await _open_by_keyboard(page)
+        await _say(frame, "remember me")
+        await expect(frame.locator(".msg:not(.draft)")).to_have_text(["remember me", "reply 1"])
+        kept = await _host_storage(page)
+
+        await page.reload()
+        again = await _open_by_keyboard(page)
+        history = await again.locator(".msg").all_text_contents()
+
+    assert before_opening == ({}, [])  # a page view alone starts nothing and stores nothing
+    assert list(kept) == [f"parley.webchat.token@{gw.url}"]
+    assert history == ["remember me", "reply 1"]
+    assert len(sessions) == 1
+
+
+async def test_a_telegram_message_of_a_linked_person_appears_in_the_open_panel(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    secret = "site-identity-secret-0123456789abcdef"
+    ada = jwt.encode({"sub": "ada", "exp": int(time.time()) + 600}, secret, algorithm="HS256")
+    gateway: dict[str, str] = {}
+    async with (
+        host_site(gateway) as shop,
+        platform_gateway(
+            database_url,
+            tmp_path,
+            llm,
+            webchat_allowed_origins=shop,
+            webchat_identity_secret=secret,
+        ) as p,
+    ):
+        gateway["url"] = p.gw.url
+        await p.telegram(tg.text_update(1111111, "hello from Telegram"))
+        await p.tg.wait_until(lambda f: f.texts(1111111) == ["reply 1"])
+        signed_in = await p.gw.http.post("/webchat/identify", json={"identity_token": ada})
+        assert signed_in.status_code == 200, signed_in.text
+        people = (await p.gw.http.get("/api/v1/users", headers=ADMIN)).json()["items"]
+        by_channel = {i["channel"]: u["id"] for u in people for i in u["identities"]}
+        merged = await p.gw.http.post(
+            f"/api/v1/users/{by_channel['webchat']}/merge",
+            json={"other_user_id": by_channel["telegram"]},
+            headers=ADMIN,
+        )
+        assert merged.status_code == 200, merged.text
+
+        frame = await _identified(page, shop, ada)
+        await expect(frame.locator(".msg")).to_have_count(2)
+        await p.telegram(tg.text_update(1111111, "on the bus now"))
+        await expect(frame.locator(".msg")).to_have_count(4)
+        texts = await frame.locator(".msg").all_text_contents()
+        labels = await frame.locator(".msg .via").all_text_contents()
+        await page.screenshot(path=tmp_path / "widget-telegram.png")
+
+    assert texts == [
+        "hello from Telegramvia telegram",
+        "reply 1via telegram",
+        "on the bus nowvia telegram",
+        "reply 2via telegram",
+    ]
+    assert labels == ["via telegram"] * 4
+
+
+async def test_the_demo_at_the_root_is_the_widget_under_a_strict_policy(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    refused = csp_violations(page)
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await page.goto(gw.url + "/")
+        snippet = await page.locator("pre code").text_content()
+        frame = await _frame(page)
+        await expect(frame.locator("#text")).to_be_attached()
+        await page.evaluate("window.Parley.open()")
+        await expect(frame.locator(".greeting")).to_have_text("Hello! Ask me anything.")
+        await _say(frame, "hi")
+        await expect(frame.locator(".msg:not(.draft)")).to_have_text(["hi", "reply 1"])
+        await page.screenshot(path=tmp_path / "demo.png")
+
+    assert snippet == f'<script src="{gw.url}/webchat/widget.js" data-title="Help" async></script>'
+    assert refused == []
+
+
+async def _frame_token(frame: Frame) -> str:
+    token = await frame.evaluate("localStorage.getItem('parley.webchat.token')")
+    assert isinstance(token, str)
+    return token
+
+
+async def _host_storage(page: Page) -> dict[str, str]:
+    stored: dict[str, str] = await page.evaluate("({...localStorage})")
+    return stored
+
+
+async def _unread(page: Page, until: Callable[[int], bool]) -> int:
+    """The unread count the widget last told the host page, once `until` holds."""
+
+    async def told() -> object:
+        return await page.evaluate("window.unread")
+
+    count = await eventually(told, until=lambda n: isinstance(n, int) and until(n))
+    assert isinstance(count, int)
+    return count

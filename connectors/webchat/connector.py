@@ -25,6 +25,8 @@ from gateway.settings import Settings
 from gateway.text import MAX_INT64
 
 PAGE = Path(__file__).with_name("page.html")
+DEMO = PAGE.with_name("demo.html")
+DEMO_CSS = PAGE.with_name("demo.css")
 PAGE_CSS = PAGE.with_name("page.css")
 PAGE_JS = PAGE.with_name("page.js")
 MARKDOWN_JS = PAGE.with_name("markdown.js")
@@ -34,7 +36,12 @@ _PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self' data:; base-uri 'none'; form-action 'none'; "
 )
-PAGE_CSP = _PAGE_POLICY + "frame-ancestors 'none'"
+# The demo at `/`: a site like any other, which embeds the widget's frame.
+DEMO_CSP = _PAGE_POLICY + "frame-src 'self'; frame-ancestors 'none'"
+DEMO_TAG = (
+    '<script src="/webchat/widget.js" data-title="Parley" '
+    'data-greeting="Hello! Ask me anything." async></script>'
+)
 # Where the widget's frame may sit: Parley's own pages and the allowed origins'.
 HOSTS_META = '<meta name="parley-hosts" content="{hosts}">'
 
@@ -156,7 +163,7 @@ def _router(visitors: Visitors) -> APIRouter:
         return HistoryOut(messages=[MessageOut.of(m) for m in messages])
 
     @router.websocket("/webchat/ws")
-    async def socket(websocket: WebSocket, token: str = "") -> None:
+    async def socket(websocket: WebSocket, token: str | None = None) -> None:
         await serve_socket(websocket, visitors, token)
 
     return router
@@ -170,14 +177,19 @@ def _page_router(origins: Sequence[str]) -> APIRouter:
     page_css = PAGE_CSS.read_text(encoding="utf-8")
     page_js = PAGE_JS.read_text(encoding="utf-8")
     widget_js = WIDGET_JS.read_text(encoding="utf-8")
+    demo_html = DEMO.read_text(encoding="utf-8")
+    demo_css = DEMO_CSS.read_text(encoding="utf-8")
     markdown_js = MARKDOWN_JS.read_text(encoding="utf-8")
     hosts = HOSTS_META.format(hosts=html.escape(" ".join(origins)))
     frame_html = page_html.replace("<head>\n", f"<head>\n{hosts}\n", 1)
     framed = {"Content-Security-Policy": frame_csp(origins)}
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def page() -> HTMLResponse:
-        return HTMLResponse(page_html, headers={"Content-Security-Policy": PAGE_CSP})
+    async def demo(request: Request) -> HTMLResponse:
+        base = str(request.base_url).rstrip("/")
+        snippet = f'<script src="{base}/webchat/widget.js" data-title="Help" async></script>'
+        body = demo_html.replace("{snippet}", html.escape(snippet)).replace("{tag}", DEMO_TAG)
+        return HTMLResponse(body, headers={"Content-Security-Policy": DEMO_CSP})
 
     @router.get("/webchat/frame", response_class=HTMLResponse, include_in_schema=False)
     async def frame() -> HTMLResponse:
@@ -198,6 +210,10 @@ def _page_router(origins: Sequence[str]) -> APIRouter:
                 "Cache-Control": "max-age=300",
             },
         )
+
+    @router.get("/webchat/demo.css", include_in_schema=False)
+    async def demo_style() -> Response:
+        return Response(demo_css, media_type="text/css")
 
     @router.get("/webchat/page.css", include_in_schema=False)
     async def page_style() -> Response:

@@ -2,30 +2,68 @@
   const KEY = "parley.webchat.token";
   const log = document.getElementById("log");
   const status = document.getElementById("status");
+  const typing = document.getElementById("typing");
   const form = document.getElementById("send");
   const input = document.getElementById("text");
   const shown = new Map();  // seq -> element
-  const unacked = new Map();  // client_id -> text, until the server has stored it
-  let lastSeq = 0, socket = null, draft = null, backoff = 500;
+  const pending = new Map();  // client_id -> { text, el }, until the server has stored it
+  let lastSeq = 0, seenSeq = 0, unread = -1, socket = null, draft = null, backoff = 500;
+  let started = false, typingTimer = 0;
 
   // In the widget's frame: the page that framed us, if it is one of the allowed origins
-  // the server lists, may focus the box and identify its user; we tell it when messages
-  // arrive (never their text) and when Escape asks to close.
+  // the server lists, may open, focus and close the chat and identify its user; we tell it
+  // how many messages are unread and that messages arrived (never their text).
+  const framed = window.parent !== window;
   const hosts = (document.querySelector('meta[name="parley-hosts"]')?.content || "").split(" ");
-  const parentOrigin = window.parent === window ? "" :
+  const parentOrigin = !framed ? "" :
     (location.ancestorOrigins && location.ancestorOrigins[0]) ||
     (document.referrer ? new URL(document.referrer).origin : "");
   const trusted = parentOrigin !== "" &&
     (parentOrigin === location.origin || hosts.includes(parentOrigin));
+  let isOpen = !framed;
 
   function tellHost(type, fields) {
     if (trusted) window.parent.postMessage({ type, ...fields }, parentOrigin);
   }
 
+  // The token lives in this frame's own storage. A browser that gives a framed page none
+  // (third-party storage blocked) leaves two places: the host page's storage, through the
+  // loader, when it is framed by an allowed site; else memory, for this page view only.
+  const own = (() => {
+    try {
+      localStorage.setItem(KEY + ".probe", "1");
+      localStorage.removeItem(KEY + ".probe");
+      return localStorage;
+    } catch (e) {
+      return null;
+    }
+  })();
+  let kept = null;
+  const store = {
+    get: () => (own ? own.getItem(KEY) : kept),
+    set(token) {
+      if (own) own.setItem(KEY, token);
+      else { kept = token; tellHost("parley:keep", { token }); }
+    },
+    clear() {
+      if (own) own.removeItem(KEY);
+      else { kept = null; tellHost("parley:keep", { token: null }); }
+    },
+  };
+  document.documentElement.dataset.storage = own ? "frame" : trusted ? "host" : "memory";
+
   if (trusted) {
-    // The site's title for its chat, and a way to close it where there is no Escape key.
+    // The site's title and greeting for its chat, and a way to close it where there is
+    // no Escape key.
     const header = document.querySelector("header");
-    if (location.hash.length > 1) header.firstChild.textContent = decodeURIComponent(location.hash.slice(1)) + " ";
+    const wanted = new URLSearchParams(location.hash.slice(1));
+    if (wanted.get("title")) header.firstChild.textContent = wanted.get("title") + " ";
+    if (wanted.get("greeting")) {
+      const greeting = document.createElement("p");
+      greeting.className = "greeting";
+      greeting.textContent = wanted.get("greeting");
+      log.before(greeting);
+    }
     const close = document.createElement("button");
     close.type = "button";
     close.className = "close";
@@ -37,15 +75,38 @@
 
   window.addEventListener("message", (e) => {
     if (!trusted || e.source !== window.parent || e.origin !== parentOrigin || !e.data) return;
-    if (e.data.type === "parley:focus") input.focus();
-    else if (e.data.type === "parley:identify") identify(String(e.data.token)).catch(failed);
+    const { type } = e.data;
+    if (type === "parley:init") {
+      if (!own && kept === null && typeof e.data.token === "string") kept = e.data.token;
+      isOpen = e.data.open === true;
+      // A returning visitor connects at once (their unread count); a new one only once
+      // they open the chat, so a page view alone stores nothing anywhere.
+      if (isOpen || store.get()) start();
+    } else if (type === "parley:open") {
+      isOpen = true;
+      input.focus();
+      start();
+      markSeen();
+    } else if (type === "parley:close") {
+      isOpen = false;
+    } else if (type === "parley:identify") {
+      identify(String(e.data.token)).catch((err) => note("Sign-in failed: " + err.message));
+    }
   });
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape") tellHost("parley:close", {});
   });
+  document.addEventListener("visibilitychange", markSeen);
 
   // The site's user: their own conversation from now on (the token is kept like ours).
-  async function identify(identityToken) {
+  // A connection starting meanwhile waits for it, so it never starts as a stranger.
+  let signingIn = Promise.resolve();
+  function identify(identityToken) {
+    signingIn = signIn(identityToken);
+    return signingIn;
+  }
+
+  async function signIn(identityToken) {
     const r = await fetch("/webchat/identify", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
@@ -54,23 +115,24 @@
     const body = await r.json();
     if (!r.ok) {
       const why = typeof body.detail === "string" ? body.detail : "the token was refused";
-      bubble("event").textContent = "Sign-in refused: " + why;
+      note("Sign-in refused: " + why);
       return;
     }
-    if (localStorage.getItem(KEY) === body.token) return;
+    if (store.get() === body.token) return;
     forget();
-    localStorage.setItem(KEY, body.token);
-    status.textContent = "signing in…";
-    if (socket) socket.close();  // reconnects as them
+    store.set(body.token);
+    if (!started) start();
+    else if (socket) { status.textContent = "signing in…"; socket.close(); }  // reconnects as them
   }
 
   async function token() {
-    let t = localStorage.getItem(KEY);
+    await signingIn.catch(() => {});
+    let t = store.get();
     if (t) return t;
     const r = await fetch("/webchat/sessions", { method: "POST" });
     if (!r.ok) throw new Error("could not start a session");
     t = (await r.json()).token;
-    localStorage.setItem(KEY, t);
+    store.set(t);
     return t;
   }
 
@@ -81,9 +143,14 @@
     return el;
   }
 
+  function note(text) {
+    bubble("event").textContent = text;
+    log.scrollTop = log.scrollHeight;
+  }
+
   function show(m) {
     if (shown.has(m.seq)) return;
-    if (m.role !== "user" && draft) { draft.remove(); draft = null; }
+    if (m.role !== "user") { stopTyping(); if (draft) { draft.remove(); draft = null; } }
     const el = bubble(m.role);
     el.dataset.seq = m.seq;
     if (m.role === "assistant") el.append(window.ParleyMarkdown.render(m.text));
@@ -94,61 +161,132 @@
       via.textContent = "via " + m.channel;
       el.appendChild(via);
     }
-    // Keep seq order even if a message arrives late.
-    const later = [...shown.entries()].filter(([s]) => s > m.seq).sort((a, b) => a[0] - b[0])[0];
+    // Unread if the visitor did not write it here themselves.
+    if (m.role !== "user" || m.channel !== "webchat") el.dataset.other = "";
+    place(el, m.seq, m.role);
+  }
+
+  // Keep seq order even if a message arrives late; unsent messages stay last.
+  function place(el, seq, role) {
+    const later = [...shown.entries()].filter(([s]) => s > seq).sort((a, b) => a[0] - b[0])[0];
+    const firstPending = [...pending.values()].find((p) => p.el !== el && p.el.isConnected);
     if (later) log.insertBefore(el, later[1]);
-    shown.set(m.seq, el);
-    lastSeq = Math.max(lastSeq, m.seq);
-    tellHost("parley:event", { event: "message", data: { seq: m.seq, role: m.role } });
+    else if (firstPending) log.insertBefore(el, firstPending.el);
+    shown.set(seq, el);
+    lastSeq = Math.max(lastSeq, seq);
     log.scrollTop = log.scrollHeight;
+    tellHost("parley:event", { event: "message", data: { seq, role } });
+    counted();
+  }
+
+  function stored(clientId, seq) {
+    const p = pending.get(clientId);
+    if (!p) return;
+    pending.delete(clientId);
+    if (shown.has(seq)) { p.el.remove(); return; }  // the stored message came first
+    p.el.removeAttribute("data-state");
+    p.el.dataset.seq = seq;
+    place(p.el, seq, "user");
+  }
+
+  function startTyping() {
+    typing.hidden = false;
+    clearTimeout(typingTimer);
+    typingTimer = setTimeout(stopTyping, 120000);  // a reply that never came (a crash)
+  }
+
+  function stopTyping() {
+    typing.hidden = true;
+    clearTimeout(typingTimer);
+  }
+
+  // What the visitor has read: everything, while the chat is open in a visible page.
+  function markSeen() {
+    if (isOpen && document.visibilityState === "visible" && lastSeq > seenSeq) {
+      seenSeq = lastSeq;
+      if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "seen", seq: seenSeq }));
+    }
+    counted();
+  }
+
+  function counted() {
+    if (isOpen && document.visibilityState === "visible" && lastSeq > seenSeq) return markSeen();
+    const count = [...shown.entries()].filter(([s, el]) => s > seenSeq && "other" in el.dataset).length;
+    if (count !== unread) tellHost("parley:unread", { count });
+    unread = count;
+  }
+
+  function start() {
+    if (started) return;
+    started = true;
+    connect().catch(failed);
   }
 
   async function connect() {
     const t = await token();
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
-    socket = new WebSocket(`${proto}//${location.host}/webchat/ws?token=${encodeURIComponent(t)}`);
-    socket.onopen = () => {
-      status.textContent = "online";
-      backoff = 500;
-      socket.send(JSON.stringify({ type: "resume", after_seq: lastSeq }));
+    const ws = new WebSocket(`${proto}//${location.host}/webchat/ws`);
+    socket = ws;
+    ws.onopen = () => {
+      // The token travels in the first frame, never in the URL (which servers log).
+      ws.send(JSON.stringify({ type: "auth", token: t }));
+      ws.send(JSON.stringify({ type: "resume", after_seq: lastSeq }));
+      // Messages the last socket may not have delivered: the server stores each once.
+      for (const [id, p] of pending) ws.send(JSON.stringify({ type: "message", text: p.text, client_id: id }));
     };
-    socket.onmessage = (e) => {
+    ws.onmessage = (e) => {
       const f = JSON.parse(e.data);
-      if (f.type === "message") show(f);
-      else if (f.type === "ack") unacked.delete(f.client_id);
+      if (f.type === "ready") {
+        status.textContent = "online";
+        backoff = 500;
+        seenSeq = Math.max(seenSeq, f.seen_seq);
+        markSeen();
+      } else if (f.type === "message") show(f);
+      else if (f.type === "ack") stored(f.client_id, f.seq);
+      else if (f.type === "typing") startTyping();
       else if (f.type === "delta") {
-        draft = draft || bubble("assistant draft");
+        stopTyping();
+        if (!draft) {
+          draft = bubble("assistant draft");
+          draft.setAttribute("aria-hidden", "true");  // announced once, when stored
+        }
         draft.textContent += f.text;
         log.scrollTop = log.scrollHeight;
       } else if (f.type === "error") {
         if (f.code === "unauthorized") forget();
-        bubble("event").textContent = f.detail;
+        note(f.detail);
         giveBack(f.client_id);
       }
     };
-    socket.onclose = () => {
+    ws.onclose = () => {
+      if (socket !== ws) return;
       status.textContent = "reconnecting…";
+      // Deltas sent while away are lost: the stored reply comes with the resume instead.
+      stopTyping();
+      if (draft) { draft.remove(); draft = null; }
       retry();
     };
   }
 
   // The token no longer works (say the secret key changed): the next connection starts a new
   // conversation, numbered from seq 1 again, so nothing shown so far may stand in for it.
+  // Messages not yet stored stay, to be sent there.
   function forget() {
-    localStorage.removeItem(KEY);
-    log.replaceChildren();
+    store.clear();
+    log.replaceChildren(...[...pending.values()].map((p) => p.el));
     shown.clear();
-    lastSeq = 0;
+    lastSeq = seenSeq = 0;
     draft = null;
   }
 
   // A message the server refused goes back into the box, so nothing typed is lost;
   // unless something new is being typed there, which must not be overwritten.
   function giveBack(clientId) {
-    if (!unacked.has(clientId)) return;
-    const text = unacked.get(clientId);
-    unacked.delete(clientId);
-    if (input.value === "") input.value = text;
+    const p = pending.get(clientId);
+    if (!p) return;
+    pending.delete(clientId);
+    p.el.remove();
+    if (input.value === "") input.value = p.text;
   }
 
   // Every failure to connect, including failing to start a session, tries again later.
@@ -165,16 +303,26 @@
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     const text = input.value;
-    if (!text.trim() || !socket || socket.readyState !== WebSocket.OPEN) return;
+    if (!text.trim()) return;
+    start();
     const raw = (crypto.randomUUID && crypto.randomUUID()) || String(Date.now()) + Math.random();
     const id = raw.replace(/[^\w.:-]/g, "");
-    unacked.set(id, text);
-    socket.send(JSON.stringify({ type: "message", text, client_id: id }));
+    // Shown at once as sending; it becomes the stored message when the server says so,
+    // and is sent again after a reconnect until then.
+    const el = bubble("user");
+    el.textContent = text;
+    el.dataset.state = "sending";
+    pending.set(id, { text, el });
+    log.scrollTop = log.scrollHeight;
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify({ type: "message", text, client_id: id }));
+    }
     input.value = "";
   });
   input.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); }
   });
 
-  connect().catch(failed);
+  if (!framed) start();
+  else tellHost("parley:hello", { storage: own !== null });
 })();

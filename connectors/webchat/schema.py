@@ -55,6 +55,23 @@ class ResumeFrame(BaseModel):
     after_seq: int = Field(ge=0, le=MAX_INT64)
 
 
-ClientFrame: TypeAdapter[SendFrame | ResumeFrame] = TypeAdapter(
-    Annotated[SendFrame | ResumeFrame, Field(discriminator="type")]
+class SeenFrame(BaseModel):
+    model_config = _STRICT
+
+    type: Literal["seen"]
+    seq: int = Field(ge=0, le=MAX_INT64)
+
+
+class AuthFrame(BaseModel):
+    """The first frame of a socket opened without `?token=` (which keeps the token out of
+    URLs, and so out of proxies' and servers' logs)."""
+
+    model_config = _STRICT
+
+    type: Literal["auth"]
+    token: str = Field(min_length=1, max_length=4096)
+
+
+ClientFrame: TypeAdapter[SendFrame | ResumeFrame | SeenFrame] = TypeAdapter(
+    Annotated[SendFrame | ResumeFrame | SeenFrame, Field(discriminator="type")]
 )

@@ -15,15 +15,17 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from connectors.webchat.schema import ClientFrame, ResumeFrame
+from connectors.webchat.schema import AuthFrame, ClientFrame, ResumeFrame, SeenFrame
 from connectors.webchat.visitors import Visitor, Visitors
 from gateway.channels.port import StoredMessage
 from gateway.errors import AccessRefused, AuthError, InputError, RateLimited
 from gateway.http.errors import validation_errors
 from gateway.http.wire import MessageOut
-from gateway.turns.hub import DeltaEvent, Event, MessageEvent, Overflow, Stored
+from gateway.turns.hub import DeltaEvent, Event, MessageEvent, Overflow, Stored, Typing
 
 CATCH_UP_PAGE = 200
+# How long a socket opened without `?token=` has to send its `auth` frame.
+AUTH_WAIT_SECONDS = 10
 # Close codes: the 4000s mirror the HTTP status a request would have got.
 UNAUTHORIZED = 4401
 TOO_MANY = 4429
@@ -55,6 +57,8 @@ class _Outbox:
         async with self._lock:
             if isinstance(event, DeltaEvent):
                 await self._ws.send_json({"type": "delta", "text": event.text})
+            elif isinstance(event, Typing):
+                await self._ws.send_json({"type": "typing"})
             elif isinstance(event, MessageEvent):
                 await self._message(event.message)
             elif isinstance(event, Stored):
@@ -95,10 +99,13 @@ class _Outbox:
         self._sent_seq = message.seq
 
 
-async def serve_socket(websocket: WebSocket, visitors: Visitors, token: str) -> None:
+async def serve_socket(websocket: WebSocket, visitors: Visitors, token: str | None) -> None:
+    """`token`: from `?token=` (older clients); None: the first frame carries it."""
     await websocket.accept()
     try:
-        visitor = await visitors.visitor(token)
+        visitor = await visitors.visitor(await _auth_frame(websocket) if token is None else token)
+    except WebSocketDisconnect:
+        return
     except AuthError as exc:
         await websocket.send_json({"type": "error", "code": "unauthorized", "detail": str(exc)})
         await websocket.close(code=UNAUTHORIZED)
@@ -115,12 +122,32 @@ async def serve_socket(websocket: WebSocket, visitors: Visitors, token: str) -> 
         visitors.sockets.release(visitor.id)
 
 
+async def _auth_frame(websocket: WebSocket) -> str:
+    """The token of the socket's first frame, `{"type": "auth", "token": ...}`."""
+    try:
+        async with asyncio.timeout(AUTH_WAIT_SECONDS):
+            message = await websocket.receive()
+    except TimeoutError:
+        raise AuthError(f"no auth frame within {AUTH_WAIT_SECONDS} s") from None
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    try:
+        return AuthFrame.model_validate_json(message.get("text") or "").token
+    except ValidationError:
+        raise AuthError(
+            'the first frame must be {"type": "auth", "token": "<web chat token>"}'
+        ) from None
+
+
 async def _converse(websocket: WebSocket, visitors: Visitors, visitor: Visitor) -> None:
     outbox = _Outbox(websocket, visitors, visitor)
     max_bytes = visitors.settings.max_body_bytes
+    seen = await visitors.gateway.seen(visitor.identity)
     with visitors.gateway.events(visitor.identity.conversation_id) as events:
         forward = asyncio.create_task(_forward(events, outbox))
         try:
+            # Where this person stopped reading, on any device: the client's unread count.
+            await outbox.frame({"type": "ready", "seen_seq": seen})
             while True:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
@@ -155,6 +182,9 @@ async def _handle(raw: str, visitors: Visitors, visitor: Visitor, outbox: _Outbo
         return
     if isinstance(frame, ResumeFrame):
         await outbox.resume(frame.after_seq)
+        return
+    if isinstance(frame, SeenFrame):
+        await visitors.gateway.mark_seen(visitor.identity, frame.seq)
         return
     client_id = frame.client_id
     try:

@@ -1,9 +1,10 @@
 // Parley's web chat on any page: <script src="https://parley.example/webchat/widget.js" async></script>
 // A launcher button, and the chat in an iframe served from Parley's own origin, so the
 // host page's styles and scripts can reach neither the panel nor the visitor's token.
-// Options: data-title, data-color, data-position ("right" | "left"), data-open.
+// Options: data-title, data-greeting, data-color, data-position ("right" | "left"), data-open.
 // API: window.Parley.open(), .close(), .identify(token), .on(event, fn); calls made
 // before this script has loaded wait in window.Parley.q (see the README's snippet).
+// Events: "open", "close", "message" ({seq, role}), "unread" ({count}).
 (() => {
   const script = document.currentScript;
   if (!script || window.Parley && window.Parley.loaded) return;
@@ -12,34 +13,69 @@
   const title = options.title || "Chat";
   const color = /^#[0-9a-fA-F]{3,8}$/.test(options.color || "") ? options.color : "#2563eb";
   const side = options.position === "left" ? "left" : "right";
+  // Where the token is kept only if the browser gives the frame no storage of its own.
+  const KEPT = "parley.webchat.token@" + base;
   const listeners = {};
+  let unread = 0;
 
-  // A closed shadow root: the host's CSS cannot restyle the launcher, nor its scripts find it.
+  // A closed shadow root: the host's CSS cannot restyle the launcher, nor its scripts find
+  // it. Styles go through the CSSOM, which a host's Content-Security-Policy allows.
   const host = document.createElement("div");
-  host.setAttribute("style", "all: initial !important; position: fixed !important; z-index: 2147483647 !important; bottom: 0 !important; " + side + ": 0 !important;");
+  for (const [name, value] of [["all", "initial"], ["position", "fixed"], ["z-index", "2147483647"], ["bottom", "0"], [side, "0"]]) {
+    host.style.setProperty(name, value, "important");
+  }
   const root = host.attachShadow({ mode: "closed" });
-  root.innerHTML = `<style>
+  const sheet = new CSSStyleSheet();
+  sheet.replaceSync(`
     :host { all: initial; }
-    button { all: initial; box-sizing: border-box; position: fixed; bottom: 16px; ${side}: 16px;
+    .launcher { all: initial; box-sizing: border-box; position: fixed; bottom: 16px; ${side}: 16px;
       width: 56px; height: 56px; border-radius: 50%; background: ${color}; color: #fff;
       font: 600 24px/56px system-ui, sans-serif; text-align: center; cursor: pointer;
       box-shadow: 0 2px 10px #0005; }
-    button:focus-visible { outline: 3px solid #fff; outline-offset: -6px; }
-    iframe { all: initial; position: fixed; bottom: 84px; ${side}: 16px; width: 380px;
-      height: min(600px, calc(100vh - 100px)); border: 0; border-radius: 12px;
+    .launcher:focus-visible { outline: 3px solid #fff; outline-offset: -6px; box-shadow: 0 0 0 3px ${color}; }
+    .launcher svg { vertical-align: middle; }
+    .badge { position: absolute; top: -4px; ${side === "right" ? "left" : "right"}: -4px; min-width: 20px;
+      height: 20px; padding: 0 5px; box-sizing: border-box; border-radius: 10px; background: #b91c1c;
+      color: #fff; font: 700 12px/20px system-ui, sans-serif; text-align: center; }
+    .badge[hidden], .panel[hidden] { display: none; }
+    .panel { all: initial; position: fixed; bottom: 84px; ${side}: 16px; width: 380px;
+      height: min(600px, calc(100vh - 100px)); border-radius: 12px; overflow: hidden;
       box-shadow: 0 4px 24px #0006; background: #fff; }
-    iframe[hidden] { display: none; }
-    @media (max-width: 480px) { iframe { left: 0; right: 0; bottom: 0; width: 100vw; height: 100vh; border-radius: 0; } }
-  </style>
-  <button type="button" aria-haspopup="dialog" aria-expanded="false"></button>
-  <iframe hidden></iframe>`;
-  const launcher = root.querySelector("button");
-  const frame = root.querySelector("iframe");
+    iframe { all: initial; display: block; width: 100%; height: 100%; border: 0; }
+    @media (prefers-color-scheme: dark) { .panel { background: #16181d; } }
+    @media (prefers-reduced-motion: no-preference) {
+      .panel:not([hidden]) { animation: rise .15s ease-out; }
+      @keyframes rise { from { opacity: 0; transform: translateY(8px); } }
+    }
+    @media (max-width: 480px) { .panel { left: 0; right: 0; bottom: 0; width: 100vw; height: 100vh; border-radius: 0; } }
+  `);
+  root.adoptedStyleSheets = [sheet];
+  const launcher = document.createElement("button");
+  launcher.type = "button";
+  launcher.className = "launcher";
+  launcher.setAttribute("aria-haspopup", "dialog");
+  launcher.setAttribute("aria-expanded", "false");
+  launcher.setAttribute("aria-controls", "parley-panel");
   // A speech bubble drawn inline: no font or file to fetch.
-  launcher.innerHTML = '<svg viewBox="0 0 24 24" width="26" height="26" aria-hidden="true" style="vertical-align: middle"><path fill="currentColor" d="M4 4h16a2 2 0 0 1 2 2v10a2 2 0 0 1-2 2H9l-5 4v-4a2 2 0 0 1-2-2V6a2 2 0 0 1 2-2z"/></svg>';
-  launcher.setAttribute("aria-label", "Open " + title);
+  const svg = new DOMParser().parseFromString('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" width="26" height="26" aria-hidden="true"><path fill="currentColor" d="M4 4h16a2 2 0 0 1 2 2v10a2 2 0 0 1-2 2H9l-5 4v-4a2 2 0 0 1-2-2V6a2 2 0 0 1 2-2z"/></svg>', "image/svg+xml").documentElement;
+  const badge = document.createElement("span");
+  badge.className = "badge";
+  badge.hidden = true;
+  badge.setAttribute("aria-hidden", "true");
+  launcher.append(svg, badge);
+  const panel = document.createElement("div");
+  panel.className = "panel";
+  panel.id = "parley-panel";
+  panel.hidden = true;
+  panel.setAttribute("role", "dialog");
+  panel.setAttribute("aria-label", title);
+  const frame = document.createElement("iframe");
   frame.title = title;
-  frame.src = base + "/webchat/frame#" + encodeURIComponent(title);
+  const wanted = new URLSearchParams({ title });
+  if (options.greeting) wanted.set("greeting", options.greeting);
+  frame.src = base + "/webchat/frame#" + wanted;
+  panel.append(frame);
+  root.append(launcher, panel);
 
   function emit(event, data) {
     for (const fn of listeners[event] || []) {
@@ -47,29 +83,63 @@
     }
   }
 
+  function tell(type, fields) {
+    frame.contentWindow && frame.contentWindow.postMessage({ type, ...fields }, base);
+  }
+
+  function label() {
+    const verb = panel.hidden ? "Open " : "Close ";
+    launcher.setAttribute("aria-label", verb + title + (unread ? ` (${unread} unread)` : ""));
+    badge.textContent = unread > 99 ? "99+" : String(unread);
+    badge.hidden = unread === 0;
+  }
+
   function open() {
-    frame.hidden = false;
+    if (!panel.hidden) return;
+    panel.hidden = false;
     launcher.setAttribute("aria-expanded", "true");
-    launcher.setAttribute("aria-label", "Close " + title);
-    frame.contentWindow && frame.contentWindow.postMessage({ type: "parley:focus" }, base);
+    label();
+    tell("parley:open", {});
     emit("open");
   }
 
   function close() {
-    frame.hidden = true;
+    if (panel.hidden) return;
+    panel.hidden = true;
     launcher.setAttribute("aria-expanded", "false");
-    launcher.setAttribute("aria-label", "Open " + title);
+    label();
+    tell("parley:close", {});
     launcher.focus();
     emit("close");
   }
 
-  launcher.addEventListener("click", () => (frame.hidden ? open() : close()));
+  launcher.addEventListener("click", () => (panel.hidden ? open() : close()));
+
+  function keep(token) {
+    try {
+      if (typeof token === "string") localStorage.setItem(KEPT, token);
+      else localStorage.removeItem(KEPT);
+    } catch (err) { /* no storage here either: the chat lasts this page view */ }
+  }
+
+  function kept() {
+    try { return localStorage.getItem(KEPT); } catch (err) { return null; }
+  }
 
   // Only the frame, from Parley's origin, speaks to us.
   window.addEventListener("message", (e) => {
     if (e.origin !== base || e.source !== frame.contentWindow || !e.data) return;
-    if (e.data.type === "parley:close") close();
-    else if (e.data.type === "parley:event") emit(e.data.event, e.data.data);
+    const { type } = e.data;
+    if (type === "parley:hello") {
+      // The frame has started: hand it our copy of the token only if it has no storage.
+      tell("parley:init", { open: !panel.hidden, token: e.data.storage ? undefined : kept() });
+    } else if (type === "parley:keep") keep(e.data.token);
+    else if (type === "parley:close") close();
+    else if (type === "parley:unread") {
+      unread = Math.max(0, Number(e.data.count) || 0);
+      label();
+      emit("unread", { count: unread });
+    } else if (type === "parley:event") emit(e.data.event, e.data.data);
   });
 
   const api = {
@@ -77,7 +147,7 @@
     open,
     close,
     identify(token) {
-      frame.contentWindow.postMessage({ type: "parley:identify", token: String(token) }, base);
+      tell("parley:identify", { token: String(token) });
     },
     on(event, fn) {
       (listeners[event] = listeners[event] || []).push(fn);
@@ -85,6 +155,7 @@
   };
   const queued = (window.Parley && window.Parley.q) || [];
   window.Parley = api;
+  label();
   (document.body || document.documentElement).appendChild(host);
   frame.addEventListener("load", () => {
     for (const [name, ...args] of queued) if (typeof api[name] === "function") api[name](...args);

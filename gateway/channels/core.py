@@ -203,6 +203,12 @@ class Core:
     ) -> list[StoredMessage]:
         return await self._messages.messages_after(conversation_id, after_seq, limit)
 
+    async def seen(self, identity: IdentityRef) -> int:
+        return await self._identities.seen_seq(identity.identity_id)
+
+    async def mark_seen(self, identity: IdentityRef, seq: int) -> None:
+        await self._identities.mark_seen(identity.identity_id, seq)
+
     def events(self, conversation_id: uuid.UUID) -> AbstractContextManager[asyncio.Queue[Event]]:
         return self.hub.subscribe(conversation_id)
 

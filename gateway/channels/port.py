@@ -117,6 +117,14 @@ class Gateway(Protocol):
         self, conversation_id: uuid.UUID, after_seq: int, limit: int
     ) -> list[StoredMessage]: ...
 
+    async def seen(self, identity: IdentityRef) -> int:
+        """How far this identity has read its conversation (a seq; 0: nothing)."""
+        ...
+
+    async def mark_seen(self, identity: IdentityRef, seq: int) -> None:
+        """This identity has read its conversation up to `seq` (kept if further)."""
+        ...
+
     async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:
         """The reply to a received message, waiting up to `wait_seconds` for its turn."""
         ...

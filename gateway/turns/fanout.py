@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.backoff import full_jitter
-from gateway.turns.hub import DeltaEvent, Event, Hub, MessageEvent, Stored
+from gateway.turns.hub import DeltaEvent, Event, Hub, MessageEvent, Stored, Typing
 
 log = structlog.get_logger(__name__)
 
@@ -103,11 +103,15 @@ class RedisFanout:
             if item["origin"] == self._origin:
                 return
             conversation_id = uuid.UUID(item["conversation"])
-            event: Event = (
-                DeltaEvent(conversation_id, str(item["delta"]))
-                if "delta" in item
-                else Stored(conversation_id, int(item["seq"]), _optional_int(item.get("answers")))
-            )
+            event: Event
+            if "delta" in item:
+                event = DeltaEvent(conversation_id, str(item["delta"]))
+            elif item.get("typing") is True:
+                event = Typing(conversation_id)
+            else:
+                event = Stored(
+                    conversation_id, int(item["seq"]), _optional_int(item.get("answers"))
+                )
         except (ValueError, KeyError, TypeError):
             log.warning("ignored an event that is not Parley's")
             return
@@ -118,6 +122,8 @@ def _encode(conversation_id: uuid.UUID, event: Event, origin: str) -> str | None
     item: dict[str, Any] = {"origin": origin, "conversation": str(conversation_id)}
     if isinstance(event, DeltaEvent):
         item["delta"] = event.text
+    elif isinstance(event, Typing):
+        item["typing"] = True
     elif isinstance(event, MessageEvent):
         item["seq"] = event.message.seq
         item["answers"] = event.message.reply_to_seq

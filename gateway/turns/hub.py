@@ -31,6 +31,13 @@ class DeltaEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Typing:
+    """The model has been asked for a reply; its first delta has yet to come."""
+
+    conversation_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
 class Stored:
     """Another replica stored message `seq` (a reply to user messages up to `answers`):
     read it from the database."""
@@ -46,7 +53,7 @@ class Overflow:
     the other replicas may have dropped): catch up from the database."""
 
 
-Event = MessageEvent | DeltaEvent | Stored | Overflow
+Event = MessageEvent | DeltaEvent | Typing | Stored | Overflow
 
 # Where this replica's events go besides its own subscribers (other replicas).
 Forward = Callable[[uuid.UUID, Event], None]

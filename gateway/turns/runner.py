@@ -27,7 +27,7 @@ from gateway.metrics import Metrics
 from gateway.tasks import finish_or_cancel
 from gateway.text import clean
 from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
-from gateway.turns.hub import DeltaEvent, Hub
+from gateway.turns.hub import DeltaEvent, Hub, Typing
 from gateway.turns.leases import ConversationLeases
 from memory.archive.reads import ChunkView
 from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
@@ -335,6 +335,7 @@ class TurnRunner:
 
     async def _generate(self, conversation_id: uuid.UUID, prompt: Prompt) -> str:
         pieces: list[str] = []
+        self._hub.publish(conversation_id, Typing(conversation_id))
         with self._metrics.model_seconds.time():
             async for piece in self._llm.stream(prompt):
                 pieces.append(piece)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import personal_conversation
@@ -82,6 +82,22 @@ class Identities:
         async with self._sessions() as session:
             row = (await session.execute(query)).one_or_none()
         return None if row is None else IdentityRef(row[0], row[1], row[2], row[3])
+
+    async def seen_seq(self, identity_id: uuid.UUID) -> int:
+        """How far the identity has read its conversation (0: nothing yet)."""
+        async with self._sessions() as session:
+            seen = await session.scalar(select(Identity.seen_seq).where(Identity.id == identity_id))
+        return seen or 0
+
+    async def mark_seen(self, identity_id: uuid.UUID, seq: int) -> None:
+        """The identity has read up to `seq`; never moves back (devices race)."""
+        async with self._sessions() as session:
+            await session.execute(
+                update(Identity)
+                .where(Identity.id == identity_id, Identity.seen_seq < seq)
+                .values(seen_seq=seq)
+            )
+            await session.commit()
 
     async def external_id(self, identity_id: uuid.UUID | None) -> str:
         """The platform address of an identity ('' when there is none)."""

@@ -127,6 +127,9 @@ class Identity(Base):
     )
     display_name: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # How far this person has read their conversation on this channel (the web chat's
+    # unread badge, the same on every device).
+    seen_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Conversation(Base):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
@@ -34,6 +35,8 @@ class Reply:
     # OpenAI: after the finishing chunk send no usage and no `[DONE]`, and hold the
     # connection open (a compatible server that never ends its stream).
     hold_open: bool = False
+    # Stream the first half of the reply, then wait until the test sets it.
+    midway: asyncio.Event | None = None
 
 
 @dataclass
@@ -131,12 +134,17 @@ class FakeLLM:
             case Hang():
                 await self._closing.wait()
                 return Response(status_code=503)
-            case Reply(text, pieces, gate, cached, hold_open):
+            case Reply(text, pieces, gate, cached, hold_open, midway):
                 if gate is not None:
                     await self._until(gate)
                 frames = wire.reply(_split(text, pieces), cached)
                 if hold_open:
                     return _event_stream(frames[:-2], hold=self._closing)
+                if midway is not None:
+                    half = len(frames) // 2
+                    return _event_stream(
+                        frames[:half], then=frames[half:], after=partial(self._until, midway)
+                    )
                 return _event_stream(frames)
             case FailMidStream(text, message):
                 return _event_stream(wire.broken(_split(text, 1), message))
@@ -318,10 +326,22 @@ def _event(payload: dict[str, Any]) -> str:
     return f"event: {payload['type']}\n{_data(payload)}"
 
 
-def _event_stream(frames: list[str], hold: asyncio.Event | None = None) -> StreamingResponse:
+def _event_stream(
+    frames: list[str],
+    hold: asyncio.Event | None = None,
+    *,
+    then: Sequence[str] = (),
+    after: Callable[[], Awaitable[None]] | None = None,
+) -> StreamingResponse:
+    """`frames`; with `after`, once it is done, `then` as well."""
+
     async def body() -> AsyncIterator[str]:
         for frame in frames:
             yield frame
+        if after is not None:
+            await after()
+            for frame in then:
+                yield frame
         if hold is not None:
             await hold.wait()
 

@@ -90,9 +90,19 @@ class Gateway:
                 return messages
 
     @contextlib.asynccontextmanager
-    async def socket(self, token: str) -> AsyncIterator[ClientConnection]:
-        url = self.url.replace("http", "ws", 1) + f"/webchat/ws?token={token}"
-        async with connect(url) as websocket:
+    async def socket(
+        self, token: str, *, in_url: bool = False, ready: bool = True
+    ) -> AsyncIterator[ClientConnection]:
+        """A web chat socket that has sent its `auth` frame (or, `in_url`, the older
+        `?token=`), past its `ready` frame; `ready=False`: before it (the first frame is
+        `ready`, or the error that refused the token)."""
+        url = self.url.replace("http", "ws", 1) + "/webchat/ws"
+        async with connect(url + f"?token={token}" if in_url else url) as websocket:
+            if not in_url:
+                await websocket.send(json.dumps({"type": "auth", "token": token}))
+            if ready:
+                first = await next_frame(websocket)
+                assert first["type"] == "ready", first
             yield websocket
 
 

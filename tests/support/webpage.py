@@ -1,9 +1,12 @@
-"""What a test does on a page in the browser: open the web chat, write in it, and
-watch for Content-Security-Policy refusals."""
+"""What a test does on a page in the browser: open the web chat, write in it, cut its
+socket, and watch for Content-Security-Policy refusals."""
 
 from __future__ import annotations
 
-from playwright.async_api import ConsoleMessage, Page, expect
+import asyncio
+import re
+
+from playwright.async_api import ConsoleMessage, Page, WebSocketRoute, expect
 
 TIMEOUT_MS = 10_000
 
@@ -21,7 +24,8 @@ def csp_violations(page: Page) -> list[str]:
 
 
 async def open_chat(page: Page, url: str) -> None:
-    await page.goto(url + "/")
+    """The chat as a page of its own (the widget's frame, opened directly)."""
+    await page.goto(url + "/webchat/frame")
     await expect(page.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
 
 
@@ -30,3 +34,30 @@ async def send_from_page(page: Page, text: str) -> None:
     message = page.get_by_label("Message")
     await message.fill(text)
     await message.press("Enter")
+
+
+class Line:
+    """The page's web chat socket, routed through Playwright so a test can cut it."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.refused = asyncio.Event()  # set when the page tried to connect while down
+        self._open: list[tuple[WebSocketRoute, WebSocketRoute]] = []
+
+    async def install(self, page: Page) -> None:
+        await page.route_web_socket(re.compile(r"/webchat/ws\b"), self._route)
+
+    async def _route(self, page_side: WebSocketRoute) -> None:
+        if not self.up:
+            await page_side.close(code=1011, reason="line is down")
+            self.refused.set()
+            return
+        self._open.append((page_side, page_side.connect_to_server()))
+
+    async def cut(self, *, stay_down: bool) -> None:
+        self.up = not stay_down
+        self.refused.clear()
+        while self._open:
+            page_side, server_side = self._open.pop()
+            await server_side.close()
+            await page_side.close(code=1011, reason="line cut")

@@ -138,8 +138,10 @@ class FuzzServer:
     def url(self) -> str:
         return self.gw.url
 
-    def ws_url(self, token: str) -> str:
-        return self.url.replace("http", "ws", 1) + "/webchat/ws?token=" + url_quoted(token)
+    def ws_url(self, token: str | None) -> str:
+        """The socket's URL, with `token` in it (None: the token goes in the first frame)."""
+        url = self.url.replace("http", "ws", 1) + "/webchat/ws"
+        return url if token is None else url + "?token=" + url_quoted(token)
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = CALL_SECONDS) -> T:
         """Run `coro` on the server's loop and wait for its result."""

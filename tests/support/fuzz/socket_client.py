@@ -3,9 +3,10 @@ failing with what came when it does not."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
@@ -17,8 +18,16 @@ FRAME_SECONDS = 10.0
 Frame = dict[str, Any]
 
 
-def open_socket(server: FuzzServer, token: str) -> ClientConnection:
-    return connect(server.ws_url(token), open_timeout=10, close_timeout=5)
+@contextlib.contextmanager
+def open_socket(
+    server: FuzzServer, token: str, *, in_url: bool = False
+) -> Iterator[ClientConnection]:
+    """A socket that has sent `token` in its `auth` frame (`in_url`: in `?token=`)."""
+    url = server.ws_url(token if in_url else None)
+    with connect(url, open_timeout=10, close_timeout=5) as ws:
+        if not in_url:
+            ws.send(json.dumps({"type": "auth", "token": token}))
+        yield ws
 
 
 def frames_until(
