@@ -603,7 +603,7 @@ async def check_against_runner(s: Subject, persona: str, now: datetime) -> str:
     try:
         runner = TurnRunner(**arguments)
         state, context, ours = await assemble(s, persona, now, record=False)
-        await runner._model(state, context)
+        await runner._model(state, context, state.unanswered[-1])
     except Exception as exc:  # the runner's internals moved: say so, measure anyway
         return f"not checked ({type(exc).__name__}: {exc})"
     return "identical" if llm.prompts == [ours] else "DIFFERENT"

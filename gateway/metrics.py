@@ -42,6 +42,12 @@ class Metrics:
             buckets=TURN_BUCKETS,
             registry=registry,
         )
+        self.lookups = Counter(
+            "parley_lookups",
+            "Recall tool calls turns made, by tool.",
+            ["tool"],
+            registry=registry,
+        )
         self.model_tokens = Counter(
             "parley_model_tokens",
             "Tokens of this process's model calls (turns; with the embedded job runner, "

@@ -41,12 +41,14 @@ from gateway.turns.hub import Hub
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.profile_commands import register_profile_commands
+from gateway.turns.recall_tools import RecallTools
 from gateway.turns.runner import TurnLimits, TurnRunner
 from gateway.turns.status import register_status
 from memory.archive.archive import Archive
 from memory.portable.export import Exports
 from memory.portable.imports import Imports
 from memory.profile.profiles import Profiles
+from memory.recall import Recall
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.files import private_dir, tighten
 from memory.storage.leases import Leases
@@ -139,7 +141,11 @@ class Services:
             hub=hub,
             clock=clock,
             persona=load_persona(settings.persona_file),
-            limits=TurnLimits(settings.llm_context_tokens, settings.llm_max_reply_tokens),
+            limits=TurnLimits(
+                settings.llm_context_tokens,
+                settings.llm_max_reply_tokens,
+                settings.llm_max_tool_calls,
+            ),
             outbox=outbox,
             leases=ConversationLeases(
                 shared_leases, timedelta(seconds=settings.turn_lease_seconds), metrics
@@ -150,6 +156,7 @@ class Services:
             ),
             presence=outbox.working,
             metrics=metrics,
+            recall=RecallTools(Recall(archive, repos.search, profiles), repos.lookups, clock),
         )
         linking = Linking(repos=repos, runner=runner, clock=clock)
         linking.register(commands)
@@ -161,7 +168,7 @@ class Services:
             clock=clock,
             public_url=settings.public_url,
         ).register(commands)
-        register_status(commands, archive, repos.deliveries, profiles)
+        register_status(commands, archive, repos.deliveries, profiles, repos.lookups)
         register_profile_commands(commands, repos.conversations, profiles, clock)
         core = Core(
             repos=repos,

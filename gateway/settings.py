@@ -117,6 +117,8 @@ class Settings(BaseSettings):
     llm_retry_base_seconds: float = Field(default=1.0, ge=0)
     llm_context_tokens: int = Field(default=128_000, ge=2_048)
     llm_max_reply_tokens: int = Field(default=2_048, ge=64)
+    # Recall tool calls one turn may make (0: the model gets no tools).
+    llm_max_tool_calls: int = Field(default=6, ge=0, le=50)
 
     # Memory (DESIGN §4). Sizes are for a 128k-token model and shrink in proportion
     # on a smaller PARLEY_LLM_CONTEXT_TOKENS.

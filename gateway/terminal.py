@@ -94,6 +94,10 @@ async def exchange(socket: ClientConnection, text: str, write: Write) -> None:
         kind = frame.get("type")
         if kind == "ack" and frame.get("client_id") == client_id:
             acked = frame["seq"]
+        elif kind == "typing" and streamed:
+            # What streamed was not the answer: the model turned to its recall tools.
+            write(" …\n")
+            streamed = False
         elif kind == "delta":
             if not streamed:
                 write("parley> ")

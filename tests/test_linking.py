@@ -21,6 +21,7 @@ from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.support.clock import ManualClock
 from tests.support.platforms import Platforms, platform_gateway
+from tests.support.polling import eventually
 
 TG_USER = 700
 WA_USER = "15550007000"
@@ -64,7 +65,11 @@ async def test_after_linking_the_next_whatsapp_turn_sees_the_telegram_history(
         await _tg_say(p, "And on Telegram?")
         telegram_turn = llm.requests[-1]
         sessions = await p.sessions()
-        history = await p.messages(sessions[0]["id"])
+        # The platform has the last reply; its delivery is recorded just after.
+        history = await eventually(
+            lambda: p.messages(sessions[0]["id"]),
+            until=lambda ms: all(m["delivery"] in ("sent", None) for m in ms),
+        )
 
     assert linked.startswith("Linked")
     assert "My cat is called Tom." in _prompt(whatsapp_turn)

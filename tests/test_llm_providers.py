@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 from collections.abc import AsyncIterator
-from typing import Literal
 
 import pytest
 from pydantic import SecretStr
 
 from gateway.errors import LLMUnavailable
 from gateway.llm import ChatTurn, LLMProvider, Prompt, build_provider, complete
-from gateway.llm.anthropic import OPENING_TURN, AnthropicProvider, anthropic_messages
-from gateway.llm.base import Usage, UsageSink
+from gateway.llm.anthropic import OPENING_TURN, anthropic_messages
+from gateway.llm.base import Usage
 from gateway.llm.http import MAX_WAIT_SECONDS, TAIL_SECONDS, RetryPolicy
 from gateway.llm.offline import OfflineProvider
 from gateway.llm.openai import OpenAIProvider
 from gateway.settings import LLMProviderName, Settings
 from tests.fakes.llm_server import Fail, FailMidStream, FakeLLM, Hang, Reply, fake_llm
+from tests.support.providers import KEY, Kind, provider
 
-Kind = Literal["openai", "anthropic"]
-KEY = "sk-test-0123456789abcdef"
 PROMPT = Prompt(
     system="You are Parley.",
     turns=(
@@ -38,35 +35,6 @@ PROMPT = Prompt(
 async def fake() -> AsyncIterator[FakeLLM]:
     async with fake_llm() as server:
         yield server
-
-
-@contextlib.asynccontextmanager
-async def provider(
-    kind: Kind,
-    fake: FakeLLM,
-    *,
-    base_url: str | None = None,
-    api_key: str | None = KEY,
-    read_timeout: float = 5.0,
-    max_retries: int = 2,
-    retry_base_seconds: float = 0.01,
-    on_usage: UsageSink | None = None,
-) -> AsyncIterator[LLMProvider]:
-    cls = OpenAIProvider if kind == "openai" else AnthropicProvider
-    default_base = fake.openai_base if kind == "openai" else fake.base_url
-    llm = cls(
-        base_url=base_url or default_base,
-        api_key=api_key,
-        model="fake-model",
-        timeout=read_timeout,
-        max_retries=max_retries,
-        retry_base_seconds=retry_base_seconds,
-        on_usage=on_usage,
-    )
-    try:
-        yield llm
-    finally:
-        await llm.aclose()
 
 
 async def test_openai_streams_the_pieces_in_order(fake: FakeLLM) -> None:
@@ -113,7 +81,7 @@ async def test_prompt_model_overrides_the_configured_one(fake: FakeLLM) -> None:
 async def test_anthropic_streams_the_pieces_in_order(fake: FakeLLM) -> None:
     fake.script(Reply("Bonjour tout le monde", pieces=4))
     async with provider("anthropic", fake) as llm:
-        pieces = [piece async for piece in llm.stream(PROMPT)]
+        pieces = [str(piece) async for piece in llm.stream(PROMPT)]
     assert "".join(pieces) == "Bonjour tout le monde"
     assert len(pieces) == 4
 
@@ -265,7 +233,7 @@ async def test_an_error_after_text_ends_the_stream_without_retry(fake: FakeLLM, 
 
     async def read_all(llm: LLMProvider) -> None:
         async for piece in llm.stream(PROMPT):
-            received.append(piece)
+            received.append(str(piece))
 
     async with provider(kind, fake, max_retries=3) as llm:
         with pytest.raises(LLMUnavailable) as caught:
@@ -333,7 +301,7 @@ async def test_offline_provider_is_honest_and_offline(monkeypatch: pytest.Monkey
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     llm = build_provider(Settings(llm_provider=LLMProviderName.OFFLINE, _env_file=None))
-    pieces = [piece async for piece in llm.stream(PROMPT)]
+    pieces = [str(piece) async for piece in llm.stream(PROMPT)]
     await llm.aclose()
 
     reply = "".join(pieces)

@@ -15,7 +15,7 @@ import pytest
 from playwright.async_api import Page, Route, expect
 
 from connectors.webchat.tokens import VisitorTokens
-from tests.fakes.llm_server import FakeLLM, Reply
+from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
 from tests.support.harness import make_settings, running_gateway
 from tests.support.polling import eventually
 from tests.support.webpage import TIMEOUT_MS, Line, open_chat, send_from_page
@@ -332,3 +332,24 @@ async def test_dark_mode_and_reduced_motion_are_followed(
     assert light == "rgb(255, 255, 255)"
     assert dark == "rgb(22, 24, 29)"
     assert text == "rgb(232, 232, 234)"
+
+
+async def test_text_written_before_a_lookup_gives_way_to_the_answer(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        if any(m.get("role") == "tool" for m in body["messages"]):
+            return Reply("Found it: the blue door.")
+        return CallTools([("archive_search", {"query": "door"})], text="Let me look.")
+
+    llm.responder = model
+    await page.add_init_script(RECORD_DRAFTS_JS)
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await open_chat(page, gw.url)
+        await send_from_page(page, "which door?")
+        await shows(page, ["which door?", "Found it: the blue door."])
+        drafts = await page.evaluate(
+            "() => window.__drafts.map(d => [d.textContent, d.isConnected])"
+        )
+
+    assert drafts == [["Let me look.", False], ["Found it: the blue door.", False]]

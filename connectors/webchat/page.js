@@ -189,7 +189,10 @@
     place(p.el, seq, "user");
   }
 
+  // The model is asked (again, after looking something up: what it wrote before was
+  // not the answer).
   function startTyping() {
+    if (draft) { draft.remove(); draft = null; }
     typing.hidden = false;
     clearTimeout(typingTimer);
     typingTimer = setTimeout(stopTyping, 120000);  // a reply that never came (a crash)

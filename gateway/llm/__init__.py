@@ -9,13 +9,32 @@ from __future__ import annotations
 from typing import TypedDict, assert_never
 
 from gateway.llm.anthropic import AnthropicProvider
-from gateway.llm.base import LLMProvider, Prompt, UsageSink, complete
+from gateway.llm.base import (
+    LLMProvider,
+    Piece,
+    Prompt,
+    Tool,
+    ToolCall,
+    ToolStep,
+    UsageSink,
+    complete,
+)
 from gateway.llm.offline import OfflineProvider
 from gateway.llm.openai import OpenAIProvider
 from gateway.settings import LLMProviderName, Settings
 from memory.chat_turn import ChatTurn
 
-__all__ = ["ChatTurn", "LLMProvider", "Prompt", "build_provider", "complete"]
+__all__ = [
+    "ChatTurn",
+    "LLMProvider",
+    "Piece",
+    "Prompt",
+    "Tool",
+    "ToolCall",
+    "ToolStep",
+    "build_provider",
+    "complete",
+]
 
 
 class _HTTPOptions(TypedDict):

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from gateway.llm.base import Prompt, Usage
-from gateway.llm.http import HTTPProvider, SSEEvent, StreamFailed, error_message, parse_json
+from gateway.llm.base import Prompt, Tool, ToolCall, ToolStep, Usage
+from gateway.llm.http import (
+    CallAssembler,
+    HTTPProvider,
+    SSEEvent,
+    StreamFailed,
+    error_message,
+    parse_json,
+)
 from memory.chat_turn import ChatTurn
 
 API_VERSION = "2023-06-01"
@@ -35,7 +43,7 @@ class AnthropicProvider(HTTPProvider):
         body: dict[str, Any] = {
             "model": prompt.model or self._model,
             "max_tokens": prompt.max_tokens,
-            "messages": anthropic_messages(prompt.turns),
+            "messages": with_steps(anthropic_messages(prompt.turns), prompt.steps),
             "stream": True,
         }
         if prompt.system:  # the API refuses an empty text block
@@ -43,7 +51,19 @@ class AnthropicProvider(HTTPProvider):
             body["system"] = [
                 {"type": "text", "text": prompt.system, "cache_control": {"type": "ephemeral"}}
             ]
+        if prompt.tools:
+            body["tools"] = [_tool(tool) for tool in prompt.tools]
+            if not prompt.may_call_tools:
+                body["tool_choice"] = {"type": "none"}
         return body
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": dict(tool.parameters),
+    }
 
 
 def anthropic_messages(turns: tuple[ChatTurn, ...]) -> list[dict[str, str]]:
@@ -61,10 +81,66 @@ def anthropic_messages(turns: tuple[ChatTurn, ...]) -> list[dict[str, str]]:
     return messages
 
 
+def with_steps(messages: list[dict[str, str]], steps: tuple[ToolStep, ...]) -> list[dict[str, Any]]:
+    """`messages` (as `anthropic_messages` makes them), then each step: the assistant's
+    calls, and the user's message of what they returned. A message of the same role as
+    the one before it joins it, as turns do, so roles keep alternating."""
+    joined: list[dict[str, Any]] = list(messages)
+    for step in steps:
+        _append(joined, "assistant", _call_blocks(step))
+        _append(joined, "user", _result_blocks(step))
+    return joined
+
+
+def _call_blocks(step: ToolStep) -> list[dict[str, Any]]:
+    # The API refuses a text block without text.
+    text = [{"type": "text", "text": step.text}] if step.text.strip() else []
+    return text + [_tool_use(call) for call in step.calls]
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call)}
+
+
+def _input(call: ToolCall) -> dict[str, Any]:
+    # The API accepts an object only; arguments that are not one (the model's mistake,
+    # kept verbatim in the call itself) are shown as none.
+    try:
+        value = json.loads(call.arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _result_blocks(step: ToolStep) -> list[dict[str, Any]]:
+    return [
+        {"type": "tool_result", "tool_use_id": call.id, "content": result}
+        for call, result in zip(step.calls, step.results, strict=True)
+    ]
+
+
+def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    if not blocks:
+        return
+    last = messages[-1] if messages else None
+    if last is None or last["role"] != role:
+        messages.append({"role": role, "content": blocks})
+        return
+    content = last["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    last["content"] = [*content, *blocks]
+
+
 class _EventDecoder:
     def __init__(self) -> None:
         self.finished = False
         self._counts: dict[str, int] = {}  # the usage fields, as the stream updates them
+        self._calls = CallAssembler()
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        return self._calls.calls()
 
     @property
     def complete(self) -> bool:
@@ -93,9 +169,26 @@ class _EventDecoder:
             self.finished = True
         elif kind == "error":
             raise _error_event(payload)
+        elif kind == "content_block_start":
+            self._start_call(payload)
         elif kind == "content_block_delta":
+            self._extend_call(payload)
             return _delta_text(payload)
         return ""
+
+    def _start_call(self, payload: dict[str, Any]) -> None:
+        block = payload.get("content_block")
+        index = payload.get("index")
+        if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(index, int):
+            self._calls.add(index, id=_string(block.get("id")), name=_string(block.get("name")))
+
+    def _extend_call(self, payload: dict[str, Any]) -> None:
+        delta = payload.get("delta")
+        index = payload.get("index")
+        if not isinstance(delta, dict) or delta.get("type") != "input_json_delta":
+            return
+        if isinstance(index, int):
+            self._calls.add(index, arguments=_string(delta.get("partial_json")))
 
     def _count(self, usage: object) -> None:
         if isinstance(usage, dict):
@@ -106,8 +199,11 @@ def _delta_text(payload: dict[str, Any]) -> str:
     delta = payload.get("delta")
     if not isinstance(delta, dict) or delta.get("type") != "text_delta":
         return ""  # e.g. thinking or tool-input deltas, which are not reply text
-    text = delta.get("text")
-    return text if isinstance(text, str) else ""
+    return _string(delta.get("text"))
+
+
+def _string(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _error_event(payload: dict[str, Any]) -> StreamFailed:

@@ -5,13 +5,51 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from memory.chat_turn import ChatTurn
 
-__all__ = ["ChatTurn", "LLMProvider", "Prompt", "Usage", "UsageSink", "complete"]
+__all__ = [
+    "ChatTurn",
+    "LLMProvider",
+    "Piece",
+    "Prompt",
+    "Tool",
+    "ToolCall",
+    "ToolStep",
+    "Usage",
+    "UsageSink",
+    "complete",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may ask the runtime to call."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]  # JSON Schema of the arguments, an object
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model asked for, whole (its arguments arrive in pieces)."""
+
+    id: str
+    name: str
+    arguments: str  # JSON text as the model wrote it: it may not parse
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStep:
+    """A model call that asked for tools, and what each call returned, in order."""
+
+    text: str  # what the model wrote before its calls (often "")
+    calls: tuple[ToolCall, ...]
+    results: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +60,16 @@ class Prompt:
     turns: tuple[ChatTurn, ...]
     max_tokens: int
     model: str | None = None  # None: the provider's configured chat model
+    # The tools of the turn, the same on every call of it; `steps` follow `turns`.
+    tools: tuple[Tool, ...] = ()
+    steps: tuple[ToolStep, ...] = ()
+    # False: the model must answer in text now (the tools stay declared, as the steps
+    # that used them require).
+    may_call_tools: bool = True
+
+
+# What a stream yields: reply text as it arrives, then any tool calls, each complete.
+Piece = str | ToolCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +88,12 @@ UsageSink = Callable[[Usage], None]
 class LLMProvider(Protocol):
     name: str
 
-    def stream(self, prompt: Prompt) -> AsyncIterator[str]:
-        """Yield the reply's text as it arrives.
+    def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
+        """Yield the reply's text as it arrives, then the tool calls the model asked for
+        (only with `prompt.tools` and `may_call_tools`; a provider may offer none).
 
         Raises `LLMUnavailable` once bounded retries are spent. Retries happen only
-        before the first piece of text is yielded, so no text is ever repeated.
+        before the first piece is yielded, so nothing is ever repeated.
         """
         ...
 
@@ -52,5 +101,6 @@ class LLMProvider(Protocol):
 
 
 async def complete(provider: LLMProvider, prompt: Prompt) -> str:
-    """The whole reply as one string (for callers that cannot show a stream)."""
-    return "".join([piece async for piece in provider.stream(prompt)])
+    """The whole reply as one string (for callers that cannot show a stream, and offer
+    no tools)."""
+    return "".join([piece async for piece in provider.stream(prompt) if isinstance(piece, str)])

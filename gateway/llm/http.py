@@ -2,7 +2,8 @@
 
 A provider describes one call (`StreamRequest`) and how to read its server-sent events
 (an `EventDecoder`); `stream_text` does the rest. Retries happen only before the first
-piece of text is yielded, so a caller never sees text twice.
+piece is yielded, so a caller never sees text twice. The tool calls a reply asks for come
+after its text, each whole, once the server has said the reply is complete.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import httpx
 
 from gateway.backoff import full_jitter, parse_retry_after
 from gateway.errors import LLMUnavailable
-from gateway.llm.base import Prompt, Usage, UsageSink
+from gateway.llm.base import Piece, Prompt, ToolCall, Usage, UsageSink
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 MAX_WAIT_SECONDS = 30.0
@@ -66,7 +67,8 @@ class SSEEvent:
 
 
 class EventDecoder(Protocol):
-    """Turns one response's events into text. A fresh decoder is made per attempt."""
+    """Turns one response's events into text and tool calls. A fresh decoder is made per
+    attempt."""
 
     @property
     def complete(self) -> bool:
@@ -83,9 +85,54 @@ class EventDecoder(Protocol):
         """The tokens the call took, once the server said."""
         ...
 
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the reply asked for, in order; read once it is `complete`.
+        Raises `StreamFailed` if one is malformed."""
+        ...
+
     def feed(self, event: SSEEvent) -> str:
         """The text this event adds (often ""). Raises `StreamFailed` on an error event."""
         ...
+
+
+@dataclass(slots=True)
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class CallAssembler:
+    """Tool calls put together from the pieces a stream brings, keyed by the index the
+    server gives each call (pieces of different calls may arrive in any order)."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, _PartialCall] = {}
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def add(self, index: int, *, id: str = "", name: str = "", arguments: str = "") -> None:
+        """Take a piece of call `index`: its id and name the first time they come (some
+        servers repeat them), and whatever its arguments gain."""
+        part = self._parts.setdefault(index, _PartialCall())
+        part.id = part.id or id
+        part.name = part.name or name
+        if arguments:
+            part.arguments.append(arguments)
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(_whole(index, self._parts[index]) for index in sorted(self._parts))
+
+
+def _whole(index: int, part: _PartialCall) -> ToolCall:
+    if not part.name:
+        # Nothing could run it, and it could not be shown to the model again.
+        raise StreamFailed(f"tool call {index} came without a name", retryable=False)
+    # A call without arguments is a call with none; some compatible servers leave out ids.
+    arguments = "".join(part.arguments) or "{}"
+    return ToolCall(id=part.id or f"call_{index}", name=part.name, arguments=arguments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +167,9 @@ async def stream_text(
     decoder: Callable[[], EventDecoder],
     policy: RetryPolicy,
     on_usage: UsageSink | None = None,
-) -> AsyncIterator[str]:
-    """Yield the reply's text; raise `LLMUnavailable` once retrying cannot help."""
+) -> AsyncIterator[Piece]:
+    """Yield the reply's text, then its tool calls; raise `LLMUnavailable` once retrying
+    cannot help."""
     attempt = 0
     while True:
         attempt += 1
@@ -146,7 +194,7 @@ async def stream_text(
 
 async def _attempt(
     client: httpx.AsyncClient, request: StreamRequest, decoder: EventDecoder
-) -> AsyncGenerator[str, None]:
+) -> AsyncGenerator[Piece, None]:
     try:
         async with client.stream(
             "POST", request.url, headers=dict(request.headers), json=dict(request.body)
@@ -161,25 +209,35 @@ async def _attempt(
         raise _transport_failure(request.provider, exc, retryable=False) from exc
 
 
-async def _decode(response: httpx.Response, decoder: EventDecoder) -> AsyncIterator[str]:
+async def _decode(response: httpx.Response, decoder: EventDecoder) -> AsyncIterator[Piece]:
     reader = SSEReader()
     lines = response.aiter_lines()
+    async for text in _reply_text(lines, reader, decoder):
+        yield text
+    # The reply is whole, so every call's arguments are all read.
+    for call in decoder.calls:
+        yield call
+    if not decoder.finished:
+        await _read_tail(lines, reader, decoder)
+
+
+async def _reply_text(
+    lines: AsyncIterator[str], reader: SSEReader, decoder: EventDecoder
+) -> AsyncIterator[str]:
+    """The text, up to the server's end marker."""
     async for line in lines:
         event = reader.feed(line)
         if event is None:
             continue
         if text := decoder.feed(event):
             yield text
-        if decoder.finished:
-            return
         if decoder.complete:
-            break
-    else:
-        if not decoder.complete:
-            # A cut connection can look like a clean end; only the server's end marker
-            # proves it.
-            raise StreamFailed("stream ended before the reply was complete", retryable=True)
-        return
+            return
+    # A cut connection can look like a clean end; only the server's end marker proves it.
+    raise StreamFailed("stream ended before the reply was complete", retryable=True)
+
+
+async def _read_tail(lines: AsyncIterator[str], reader: SSEReader, decoder: EventDecoder) -> None:
     # The reply is whole; what follows is bookkeeping (usage), worth a short wait only.
     with contextlib.suppress(TimeoutError, httpx.HTTPError, StreamFailed):
         async with asyncio.timeout(TAIL_SECONDS):
@@ -310,7 +368,7 @@ class HTTPProvider:
         self._policy = RetryPolicy(max_retries, retry_base_seconds)
         self._client = new_client(timeout)
 
-    def stream(self, prompt: Prompt) -> AsyncIterator[str]:
+    def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
         request = StreamRequest(
             self.name, self._url, self.headers(), self.body(prompt), self._api_key
         )

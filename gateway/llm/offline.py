@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from gateway.llm.base import Prompt
+from gateway.llm.base import Piece, Prompt
 
 OFFLINE = "offline"
 
@@ -13,7 +13,8 @@ OFFLINE = "offline"
 class OfflineProvider:
     name = OFFLINE
 
-    async def stream(self, prompt: Prompt) -> AsyncIterator[str]:
+    async def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
+        # It offers no tools: the reply is text only, whatever `prompt.tools` holds.
         for piece in offline_reply(prompt):
             yield piece
             # Let other tasks run between pieces, as they would with a real stream.

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.llm.base import Prompt, Usage
-from gateway.llm.http import HTTPProvider, SSEEvent, StreamFailed, error_message, parse_json
+from gateway.llm.base import Prompt, Tool, ToolCall, ToolStep, Usage
+from gateway.llm.http import (
+    CallAssembler,
+    HTTPProvider,
+    SSEEvent,
+    StreamFailed,
+    error_message,
+    parse_json,
+)
 
 _DONE = "[DONE]"
 
@@ -24,15 +31,50 @@ class OpenAIProvider(HTTPProvider):
     def body(self, prompt: Prompt) -> dict[str, Any]:
         # The system prompt goes first and byte-identical every turn: automatic prompt
         # caching only matches an unchanged prefix.
-        messages = [{"role": "system", "content": prompt.system}]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": prompt.system}]
         messages += [{"role": turn.role, "content": turn.content} for turn in prompt.turns]
-        return {
+        for step in prompt.steps:
+            messages += _step_messages(step)
+        body: dict[str, Any] = {
             "model": prompt.model or self._model,
             "messages": messages,
             "max_tokens": prompt.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if prompt.tools:
+            body["tools"] = [_tool(tool) for tool in prompt.tools]
+            if not prompt.may_call_tools:
+                body["tool_choice"] = "none"
+        return body
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    function = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": dict(tool.parameters),
+    }
+    return {"type": "function", "function": function}
+
+
+def _step_messages(step: ToolStep) -> list[dict[str, Any]]:
+    """The assistant's calls, then what each returned."""
+    asked = {
+        "role": "assistant",
+        "content": step.text or None,
+        "tool_calls": [_call(call) for call in step.calls],
+    }
+    results = [
+        {"role": "tool", "tool_call_id": call.id, "content": result}
+        for call, result in zip(step.calls, step.results, strict=True)
+    ]
+    return [asked, *results]
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    function = {"name": call.name, "arguments": call.arguments}
+    return {"id": call.id, "type": "function", "function": function}
 
 
 class _ChunkDecoder:
@@ -40,6 +82,11 @@ class _ChunkDecoder:
         self.complete = False
         self.finished = False
         self.usage: Usage | None = None
+        self._calls = CallAssembler()
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        return self._calls.calls()
 
     def feed(self, event: SSEEvent) -> str:
         if event.data.strip() == _DONE:
@@ -61,7 +108,28 @@ class _ChunkDecoder:
         if (usage := _usage(chunk)) is not None:
             self.usage = usage
             self.finished = self.complete
+        for piece in _delta_calls(chunk):
+            self._add_call(piece)
         return _delta_text(chunk)
+
+    def _add_call(self, piece: dict[str, Any]) -> None:
+        function = piece.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        self._calls.add(
+            self._index(piece),
+            id=_string(piece.get("id")),
+            name=_string(function.get("name")),
+            arguments=_string(function.get("arguments")),
+        )
+
+    def _index(self, piece: dict[str, Any]) -> int:
+        index = piece.get("index")
+        if isinstance(index, int):
+            return index
+        # A server that numbers no calls: an id opens a new one, other pieces go on the last.
+        count = len(self._calls)
+        return count if piece.get("id") or not count else count - 1
 
 
 def _first_choice(chunk: dict[str, Any]) -> dict[str, Any]:
@@ -72,10 +140,24 @@ def _first_choice(chunk: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _delta_text(chunk: dict[str, Any]) -> str:
+def _delta(chunk: dict[str, Any]) -> dict[str, Any]:
     delta = _first_choice(chunk).get("delta")
-    content = delta.get("content") if isinstance(delta, dict) else None
-    return content if isinstance(content, str) else ""
+    return delta if isinstance(delta, dict) else {}
+
+
+def _delta_text(chunk: dict[str, Any]) -> str:
+    return _string(_delta(chunk).get("content"))
+
+
+def _delta_calls(chunk: dict[str, Any]) -> list[dict[str, Any]]:
+    pieces = _delta(chunk).get("tool_calls")
+    if not isinstance(pieces, list):
+        return []
+    return [piece for piece in pieces if isinstance(piece, dict)]
+
+
+def _string(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _finish_reason(chunk: dict[str, Any]) -> bool:

@@ -23,6 +23,7 @@ import structlog
 from gateway.clock import Clock
 from gateway.errors import LLMError
 from gateway.llm import LLMProvider, Prompt
+from gateway.llm.base import Tool, ToolCall, ToolStep
 from gateway.metrics import Metrics
 from gateway.tasks import finish_or_cancel
 from gateway.text import clean
@@ -32,8 +33,10 @@ from gateway.turns.leases import ConversationLeases
 from memory.archive.reads import ChunkView
 from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
 from memory.provenance import NOTICE_SOURCE
+from memory.recall import Scope, answer
 from memory.storage.conversations import Conversations, TurnState
 from memory.storage.leases import Held, LeaseLost
+from memory.storage.lookups import NewLookup
 from memory.storage.messages import Messages, NewMessage, StoredMessage
 from memory.storage.models import Delivery, Role
 from memory.tokens import message_tokens
@@ -43,6 +46,10 @@ log = structlog.get_logger(__name__)
 MODEL_DOWN_NOTICE = (
     "Sorry — I couldn't reach the language model just now, so I can't answer yet. "
     "Your message is saved; write again in a moment and I'll pick up from here."
+)
+TOOL_LIMIT_NOTICE = (
+    "Sorry — I kept searching my archive and didn't get to an answer. "
+    "Ask me again, perhaps more precisely, and I'll try once more."
 )
 
 
@@ -95,6 +102,21 @@ class NoMemory:
 class TurnLimits:
     context_tokens: int
     max_reply_tokens: int
+    # Recall tool calls a turn may make (0: no tools offered).
+    max_tool_calls: int = 0
+
+
+class Recalling(Protocol):
+    """The recall tools, and where the calls of a turn are kept."""
+
+    tools: tuple[Tool, ...]
+    guide: str  # for the system prompt: when to use them
+
+    async def call(self, scope: Scope, call: ToolCall) -> NewLookup: ...
+
+    async def record(
+        self, conversation_id: uuid.UUID, message_id: int, lookups: list[NewLookup]
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +143,7 @@ class TurnRunner:
         memory: TurnMemory | None = None,
         presence: Presence | None = None,
         metrics: Metrics | None = None,
+        recall: Recalling | None = None,
     ) -> None:
         self._metrics = metrics or Metrics()
         self._messages = messages
@@ -135,6 +158,7 @@ class TurnRunner:
         self._commands = commands or Commands()
         self._memory = memory or NoMemory()
         self._presence = presence or _no_presence
+        self._recall = recall if limits.max_tool_calls > 0 else None
         # Per-conversation locks held by a loop's step, or by `guard()` from outside.
         self._guards: dict[uuid.UUID, tuple[asyncio.Lock, int]] = {}
         # Conversations a command merged into another (linking) or erased: their
@@ -281,7 +305,7 @@ class TurnRunner:
         state = replace(state, live=live, unanswered=answered)
         started = time.monotonic()
         async with self._presence(answered[-1]):
-            answer = await self._model(state, context)
+            answer = await self._model(state, context, answered[-1])
         held = self._leases.held(state.conversation_id)
         reply = await self._finish(state, answered[-1], answer, held)
         live_tokens = sum(m.token_count for m in state.live) + reply.token_count
@@ -315,36 +339,92 @@ class TurnRunner:
         self._metrics.turns.labels("command").inc()
         return _Answer(await self._commands.run(invocation), Role.EVENT, COMMAND_SOURCE)
 
-    async def _model(self, state: TurnState, context: TurnContext) -> _Answer:
+    async def _model(
+        self, state: TurnState, context: TurnContext, trigger: StoredMessage
+    ) -> _Answer:
         clock = clock_context(self._clock.now(), state.timezone, state.previous_at)
         window = self._limits.context_tokens - self._limits.max_reply_tokens
         # The timeline may use up to half the window; the live messages get the rest.
         rows = render_timeline(context.timeline, state.timezone, budget=window // 2)
         profile = "\n".join(f"- {line}" for line in context.profile)
-        system = system_prompt(self._persona, clock, rows, profile)
+        guide = None if self._recall is None else self._recall.guide
+        persona = self._persona if guide is None else f"{self._persona}\n\n{guide}"
+        system = system_prompt(persona, clock, rows, profile)
         budget = window - message_tokens(system)
         turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
-        prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens)
+        tools = () if self._recall is None else self._recall.tools
+        prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
         try:
-            return _Answer(await self._generate(state.conversation_id, prompt))
+            return await self._generate(state, prompt, trigger)
         except LLMError as exc:
             log.warning(
                 "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)
             )
             return _Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE)
 
-    async def _generate(self, conversation_id: uuid.UUID, prompt: Prompt) -> str:
+    async def _generate(self, state: TurnState, prompt: Prompt, trigger: StoredMessage) -> _Answer:
+        """Ask the model, run the recall tools it calls (up to the limit) and ask again
+        with their answers, until it answers in text. The prompt's system text and turns
+        stay the same on every call; only the steps grow."""
+        steps: list[ToolStep] = []
+        lookups: list[NewLookup] = []
+        left = self._limits.max_tool_calls
+        try:
+            while True:
+                text, calls = await self._call_model(
+                    state.conversation_id,
+                    replace(prompt, steps=tuple(steps), may_call_tools=left > 0),
+                )
+                if not calls or self._recall is None:
+                    break
+                if left <= 0:
+                    # Told to answer now, the model called tools anyway.
+                    if text:
+                        break
+                    return _Answer(TOOL_LIMIT_NOTICE, Role.EVENT, NOTICE_SOURCE)
+                step = await self._run_tools(state, calls[:left])
+                lookups += step
+                left -= len(step)
+                refused = [_over_the_limit(call) for call in calls[len(step) :]]
+                results = tuple(lookup.result for lookup in step) + tuple(refused)
+                steps.append(ToolStep(text, tuple(calls), results))
+        finally:
+            if lookups and self._recall is not None:
+                await self._recall.record(state.conversation_id, trigger.id, lookups)
+        if not text:
+            raise LLMError("the model returned an empty reply")
+        return _Answer(text)
+
+    async def _call_model(
+        self, conversation_id: uuid.UUID, prompt: Prompt
+    ) -> tuple[str, list[ToolCall]]:
         pieces: list[str] = []
+        calls: list[ToolCall] = []
+        # Before every call: clients show that a reply is coming, and drop what an
+        # earlier call of the turn wrote before it turned to the tools.
         self._hub.publish(conversation_id, Typing(conversation_id))
         with self._metrics.model_seconds.time():
             async for piece in self._llm.stream(prompt):
+                if isinstance(piece, ToolCall):
+                    calls.append(piece)
+                    continue
                 pieces.append(piece)
                 # A model server can send what no database stores (NUL, a lone surrogate).
                 self._hub.publish(conversation_id, DeltaEvent(conversation_id, clean(piece)))
-        text = clean("".join(pieces)).strip()
-        if not text:
-            raise LLMError("the model returned an empty reply")
-        return text
+        return clean("".join(pieces)).strip(), calls
+
+    async def _run_tools(self, state: TurnState, calls: list[ToolCall]) -> list[NewLookup]:
+        assert self._recall is not None
+        owner = (
+            None if state.group else await self._conversations.personal_owner(state.conversation_id)
+        )
+        scope = Scope(state.conversation_id, owner, state.timezone)
+        done = []
+        for call in calls:
+            done.append(await self._recall.call(scope, call))
+            known = any(tool.name == call.name for tool in self._recall.tools)
+            self._metrics.lookups.labels(call.name if known else "unknown").inc()
+        return done
 
     async def _finish(
         self, state: TurnState, trigger: StoredMessage, answer: _Answer, held: Held | None
@@ -381,6 +461,10 @@ class TurnRunner:
                 future.set_result(reply)
         if still_waiting:
             self._waiters[conversation_id] = still_waiting
+
+
+def _over_the_limit(call: ToolCall) -> str:
+    return answer(f"Not run: this turn's lookups are used up ({call.name}). Answer now.")
 
 
 @contextlib.asynccontextmanager

@@ -7,13 +7,19 @@ from memory.archive.archive import Archive
 from memory.archive.reads import ArchiveStatus
 from memory.profile.profiles import Profiles
 from memory.storage.deliveries import Deliveries
+from memory.storage.lookups import Lookups
 from memory.storage.models import ChunkStatus
 
 LEVEL_NAMES = {0: "chunks", 1: "consolidated chunks"}
+LOOKUPS_SHOWN = 3
 
 
 def register_status(
-    commands: Commands, archive: Archive, deliveries: Deliveries, profiles: Profiles
+    commands: Commands,
+    archive: Archive,
+    deliveries: Deliveries,
+    profiles: Profiles,
+    lookups: Lookups,
 ) -> None:
     async def status(invocation: Invocation) -> str:
         conversation = invocation.conversation_id
@@ -30,6 +36,10 @@ def register_status(
                 f"Profile facts refused: {refused} (the model offered them without a "
                 "message you typed to show for them)."
             )
+        latest = await lookups.newest(conversation, limit=LOOKUPS_SHOWN)
+        if latest:
+            lines.append("Last looked up in the archive:")
+            lines += [f"- {lookup.tool} {_clip(lookup.arguments)}" for lookup in latest]
         return "\n".join(lines)
 
     commands.register("status", status, "/status — how this conversation and its archive stand")
@@ -54,3 +64,8 @@ def describe(status: ArchiveStatus) -> str:
         when = f" at {status.last_error_at:%Y-%m-%d %H:%M} UTC" if status.last_error_at else ""
         lines.append(f"Last archive error{when}: {status.last_error[:300]}")
     return "\n".join(lines)
+
+
+def _clip(text: str, chars: int = 120) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= chars else line[: chars - 1] + "…"

@@ -9,6 +9,7 @@ them is `memory.storage.search`).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -211,6 +212,20 @@ class ArchiveReads:
                 .order_by(Chunk.seq_start)
             )
             return [chunk_view(row) for row in rows]
+
+    async def placed(
+        self, conversation_id: uuid.UUID, seqs: Sequence[int]
+    ) -> dict[int, tuple[StoredMessage, int | None]]:
+        """Messages by seq, each with its level-0 chunk (None: not archived yet)."""
+        if not seqs:
+            return {}
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                select(Message).where(
+                    Message.conversation_id == conversation_id, Message.seq.in_(seqs)
+                )
+            )
+            return {row.seq: (message_view(row), row.chunk_id) for row in rows}
 
     async def transcript(self, chunk_id: int) -> str | None:
         async with self._sessions() as session:

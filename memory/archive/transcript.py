@@ -24,12 +24,13 @@ def render_transcript(messages: Sequence[StoredMessage], timezone: str) -> str:
     blocks = []
     for message in messages:
         when = message.sent_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
-        who = _speaker(message)
+        who = speaker(message)
         blocks.append(f"[{when} · {message.channel} · {who}]\n{escape_typed(message.text)}")
     return "\n\n".join(blocks) + "\n"
 
 
-def _speaker(message: StoredMessage) -> str:
+def speaker(message: StoredMessage) -> str:
+    """Who wrote a message, as a transcript's header names them."""
     if message.role is Role.ASSISTANT:
         return "assistant"
     if message.source is not None:

@@ -61,6 +61,7 @@ from memory.storage.models import (
     IdempotentRequest,
     Identity,
     LinkCode,
+    Lookup,
     Message,
     PairingRequest,
     Profile,
@@ -192,6 +193,7 @@ async def _drop_conversation(session: AsyncSession, conversation: Conversation) 
     """Delete a conversation's rows (and the watermarks of its chats)."""
     counts = await _chunk_counts(session, Chunk.conversation_id == conversation.id)
     await _forget_watermarks(session, conversation)
+    await _run(session, delete(Lookup).where(Lookup.conversation_id == conversation.id))
     counts += await _drop_messages(session, Message.conversation_id == conversation.id)
     await _run(session, delete(Chunk).where(Chunk.conversation_id == conversation.id))
     await _run(session, delete(Conversation).where(Conversation.id == conversation.id))
@@ -265,6 +267,9 @@ async def _drop_typed(
         ),
     )
     counts = await _drop_messages(session, going)
+    # What the model read back in this conversation may quote them: lookups are a record
+    # of reads, not of anything said, so all of them go.
+    await _run(session, delete(Lookup).where(Lookup.conversation_id == conversation_id))
     # If their message was the newest unanswered one, nothing is owed any more.
     newest_user = select(func.coalesce(func.max(Message.seq), 0)).where(
         Message.conversation_id == conversation_id, Message.role == Role.USER

@@ -15,7 +15,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.codes import new_code, normalise_code
 from memory.storage.inserts import insert_or_skip
-from memory.storage.models import Chunk, Conversation, Identity, LinkCode, Message, Role, User
+from memory.storage.models import (
+    Chunk,
+    Conversation,
+    Identity,
+    LinkCode,
+    Lookup,
+    Message,
+    Role,
+    User,
+)
 
 _CREATE_ATTEMPTS = 3
 
@@ -249,6 +258,9 @@ async def _merge_conversations(
         )
     last_at = await session.scalar(
         select(func.max(Conversation.last_message_at)).where(Conversation.id.in_(both))
+    )
+    await session.execute(
+        update(Lookup).where(Lookup.conversation_id == absorbed).values(conversation_id=survivor)
     )
     await session.execute(delete(Conversation).where(Conversation.id == absorbed))
     await session.execute(

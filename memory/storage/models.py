@@ -339,6 +339,27 @@ class RetiredFact(Base):
     evidence: Mapped[str | None] = mapped_column(Text)
 
 
+class Lookup(Base):
+    """What the model looked up in a turn (a recall tool call) and what it read back.
+    Kept apart from the messages: never in the live window or a transcript."""
+
+    __tablename__ = "lookups"
+    __table_args__ = (Index("ix_lookups_conversation_id_id", "conversation_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    # The last message the turn answered (an id: seqs change when conversations merge).
+    message_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("messages.id", ondelete="CASCADE"), index=True
+    )
+    tool: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[str] = mapped_column(Text)
+    result: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 # -- leases: which process does a piece of work, decided by the database ---------------
 
 

@@ -17,6 +17,7 @@ from memory.storage.idempotency import IdempotencyKeys
 from memory.storage.identities import Identities
 from memory.storage.leases import Leases
 from memory.storage.linking import Links
+from memory.storage.lookups import Lookups
 from memory.storage.messages import Messages
 from memory.storage.pairing import Pairings
 from memory.storage.rights import Rights
@@ -41,6 +42,7 @@ class Repositories:
     work: Work
     erasure: Erasure
     rights: Rights
+    lookups: Lookups
 
     @classmethod
     def open(
@@ -70,4 +72,5 @@ class Repositories:
             work=Work(sessions),
             erasure=Erasure(sessions, archive_dir=archive_dir),
             rights=Rights(sessions),
+            lookups=Lookups(sessions),
         )

@@ -2,8 +2,8 @@
 
 It listens on a real localhost socket and streams real server-sent events, so providers
 are tested through the same HTTP stack they use in production. Tests script what each
-request gets (`Reply`, `Fail`, `Hang`, `FailMidStream`); unscripted requests get
-`Reply(f"reply {k}")`.
+request gets (`Reply`, `CallTools`, `Fail`, `Hang`, `FailMidStream`); unscripted
+requests get `Reply(f"reply {k}")`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
+from itertools import chain, zip_longest
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
@@ -59,7 +60,33 @@ class FailMidStream:
     message: str = "fake overload"
 
 
-Behaviour = Reply | Fail | Hang | FailMidStream
+@dataclass
+class CallTools:
+    """Stream `text` (if any), then ask for each of `calls`, a (name, arguments) pair: a
+    dict is sent as JSON, a str as it is (so it may be invalid). Each call's arguments
+    come in `pieces` and its id is `call_<request number>_<i>`, i from 0."""
+
+    calls: list[tuple[str, dict[str, Any] | str]]
+    text: str = ""
+    pieces: int = 3
+    # OpenAI only: send the calls' argument pieces in turns, not one call after another
+    # (the index in each piece says whose it is).
+    interleave: bool = False
+    # End the response in the last call's arguments (before its last piece: give it two
+    # or more), with no end marker.
+    break_off: bool = False
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A call as a wire streams it."""
+
+    id: str
+    name: str
+    pieces: list[str]
+
+
+Behaviour = Reply | CallTools | Fail | Hang | FailMidStream
 
 
 class FakeLLM:
@@ -148,6 +175,13 @@ class FakeLLM:
                 return _event_stream(frames)
             case FailMidStream(text, message):
                 return _event_stream(wire.broken(_split(text, 1), message))
+            case CallTools(calls, text, pieces, interleave, break_off):
+                wanted = [
+                    _Call(f"call_{wire.number}_{i}", name, _split(_arguments(args), pieces))
+                    for i, (name, args) in enumerate(calls)
+                ]
+                frames = wire.calls(_split(text, pieces), wanted, interleave=interleave)
+                return _event_stream(wire.cut(frames) if break_off else frames)
 
     async def _until(self, gate: asyncio.Event) -> None:
         # Also wake on close, so a test that never opens its gate cannot stall shutdown.
@@ -197,7 +231,14 @@ def _is_last_body(message: Message) -> bool:
 
 
 class _Wire(Protocol):
+    number: int
+
     def reply(self, pieces: list[str], cached: int = 0) -> list[str]: ...
+    def calls(self, text: list[str], calls: list[_Call], *, interleave: bool) -> list[str]: ...
+    def cut(self, frames: list[str]) -> list[str]:
+        """`calls` frames cut short in the last call's arguments."""
+        ...
+
     def broken(self, pieces: list[str], message: str) -> list[str]: ...
     def error(self, status: int, message: str) -> dict[str, Any]: ...
 
@@ -208,21 +249,40 @@ class _OpenAIWire:
     number: int
 
     def reply(self, pieces: list[str], cached: int = 0) -> list[str]:
-        usage = {
-            "prompt_tokens": 10 + cached,
-            "completion_tokens": len(pieces),
-            "total_tokens": 10 + cached + len(pieces),
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
-        return [
-            *self._text(pieces),
-            self._chunk({}, finish_reason="stop"),
-            _data({**self._envelope(), "choices": [], "usage": usage}),
-            "data: [DONE]\n\n",
-        ]
+        return [*self._text(pieces), *self._end("stop", len(pieces), cached)]
+
+    def calls(self, text: list[str], calls: list[_Call], *, interleave: bool) -> list[str]:
+        streams = [self._call(index, call) for index, call in enumerate(calls)]
+        ordered = _round_robin(streams) if interleave else chain.from_iterable(streams)
+        return [*self._text(text), *ordered, *self._end("tool_calls", _tokens(text, calls))]
+
+    def cut(self, frames: list[str]) -> list[str]:
+        # The finishing chunk, the usage, `[DONE]` and the last argument piece.
+        return frames[:-4]
 
     def broken(self, pieces: list[str], message: str) -> list[str]:
         return [*self._text(pieces), _data(self.error(503, message))]
+
+    def _call(self, index: int, call: _Call) -> list[str]:
+        # Like OpenAI: the first piece names the call, the rest add to its arguments.
+        first, *rest = call.pieces or [""]
+        function = {"name": call.name, "arguments": first}
+        opening = {"index": index, "id": call.id, "type": "function", "function": function}
+        later = ({"index": index, "function": {"arguments": piece}} for piece in rest)
+        return [self._chunk({"tool_calls": [piece]}) for piece in (opening, *later)]
+
+    def _end(self, finish_reason: str, completion: int, cached: int = 0) -> list[str]:
+        usage = {
+            "prompt_tokens": 10 + cached,
+            "completion_tokens": completion,
+            "total_tokens": 10 + cached + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+        return [
+            self._chunk({}, finish_reason=finish_reason),
+            _data({**self._envelope(), "choices": [], "usage": usage}),
+            "data: [DONE]\n\n",
+        ]
 
     def error(self, status: int, message: str) -> dict[str, Any]:
         kind = "server_error" if status >= 500 else "invalid_request_error"
@@ -262,21 +322,51 @@ class _AnthropicWire:
     number: int
 
     def reply(self, pieces: list[str], cached: int = 0) -> list[str]:
+        return [*self._text(pieces, cached), _block_stop(0), *self._end("end_turn", len(pieces))]
+
+    def calls(self, text: list[str], calls: list[_Call], *, interleave: bool) -> list[str]:
+        # Content blocks never overlap on this wire: `interleave` cannot apply.
+        del interleave
+        if text:
+            frames = [*self._text(text), _block_stop(0)]
+        else:
+            frames = [_event({"type": "message_start", "message": self._message()})]
+        first = 1 if text else 0
+        for offset, call in enumerate(calls):
+            frames += self._tool_block(first + offset, call)
+        return [*frames, *self._end("tool_use", _tokens(text, calls))]
+
+    def cut(self, frames: list[str]) -> list[str]:
+        # The message's end, the last block's stop and its last argument piece.
+        return frames[:-4]
+
+    def broken(self, pieces: list[str], message: str) -> list[str]:
+        return [*self._text(pieces), _event(self.error(529, message))]
+
+    def _tool_block(self, index: int, call: _Call) -> list[str]:
+        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+        start = {"type": "content_block_start", "index": index, "content_block": block}
+        deltas = (
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": piece},
+            }
+            for piece in call.pieces
+        )
+        return [_event(start), *(_event(delta) for delta in deltas), _block_stop(index)]
+
+    def _end(self, stop_reason: str, output_tokens: int) -> list[str]:
         return [
-            *self._text(pieces, cached),
-            _event({"type": "content_block_stop", "index": 0}),
             _event(
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                    "usage": {"output_tokens": len(pieces)},
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                    "usage": {"output_tokens": output_tokens},
                 }
             ),
             _event({"type": "message_stop"}),
         ]
-
-    def broken(self, pieces: list[str], message: str) -> list[str]:
-        return [*self._text(pieces), _event(self.error(529, message))]
 
     def error(self, status: int, message: str) -> dict[str, Any]:
         kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
@@ -316,6 +406,25 @@ class _AnthropicWire:
                 "cache_read_input_tokens": cached,
             },
         }
+
+
+def _block_stop(index: int) -> str:
+    return _event({"type": "content_block_stop", "index": index})
+
+
+def _tokens(text: list[str], calls: list[_Call]) -> int:
+    """What the usage counts: a token per piece."""
+    return len(text) + sum(len(call.pieces) for call in calls)
+
+
+def _arguments(arguments: dict[str, Any] | str) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _round_robin(streams: Iterable[list[str]]) -> list[str]:
+    """The first frame of each stream, then the second of each, and so on."""
+    rounds = zip_longest(*streams)
+    return [frame for frames in rounds for frame in frames if frame is not None]
 
 
 def _data(payload: dict[str, Any]) -> str:

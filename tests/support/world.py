@@ -22,6 +22,7 @@ from memory.profile.facts import Evidence, Fact, Shorten
 from memory.profile.profiles import Profiles
 from memory.storage.engine import session_factory
 from memory.storage.identities import IdentityRef
+from memory.storage.lookups import NewLookup
 from memory.storage.messages import NewMessage, StoredMessage
 from memory.storage.models import (
     Delivery,
@@ -228,6 +229,22 @@ async def _the_rest(world: World) -> None:
         await repos.links.issue_link_code(
             who.identity_id, now=world.now(), ttl=timedelta(minutes=10)
         )
+    # What the model looked up: in Ana's conversation, and in the group, answering Bo
+    # with a read that quotes Ana.
+    ana_last = await repos.messages.messages_after(ana.conversation_id, 0, 1)
+    group_last = await repos.messages.messages_after(world.group, 0, 1)
+    await repos.lookups.record(
+        ana.conversation_id,
+        ana_last[0].id,
+        [NewLookup("archive_search", '{"query": "soup"}', f"{MARKER} soup")],
+        now=world.now(),
+    )
+    await repos.lookups.record(
+        world.group,
+        group_last[0].id,
+        [NewLookup("archive_read", '{"chunk_id": 1}', f"#9 {MARKER} group 4")],
+        now=world.now(),
+    )
     # Direct chats on Discord, known by the message each was read up to.
     await repos.watermarks.advance("discord", "dm-ana", 9_000_021, private=True, now=T0)
     await repos.watermarks.advance("discord", "dm-bo", 8_000_005, private=True, now=T0)

@@ -157,6 +157,51 @@ async def timeline(services: ServicesDep, session_id: uuid.UUID) -> Timeline:
     return Timeline(rows=[RowOut.of(row) for row in await services.archive.timeline(session_id)])
 
 
+class LookupOut(BaseModel):
+    id: int
+    seq: int = Field(description="the last message the turn answered")
+    tool: str
+    arguments: str = Field(description="as the model wrote them (JSON, possibly invalid)")
+    result: str = Field(description="what the model read back")
+    created_at: datetime
+
+
+LookupPage = Page[LookupOut]
+
+
+@router.get("/sessions/{session_id}/lookups", responses=responses(404, 422))
+async def lookups(
+    services: ServicesDep,
+    cursors: CursorsDep,
+    session_id: uuid.UUID,
+    limit: LimitQuery = 100,
+    cursor: CursorQuery = None,
+) -> LookupPage:
+    """What the assistant looked up in its archive with its recall tools, newest first."""
+    if await services.repos.conversations.get_conversation(session_id) is None:
+        raise not_found("session")
+    key = scope("lookups", session=str(session_id))
+    before = cursors.read(key, cursor)
+    rows = await services.repos.lookups.newest(
+        session_id, before_id=None if before is None else int(before[0]), limit=limit + 1
+    )
+    shown, next_cursor = cursors.cut(key, rows, limit, lambda row: [row.id])
+    return LookupPage(
+        items=[
+            LookupOut(
+                id=row.id,
+                seq=row.seq,
+                tool=row.tool,
+                arguments=row.arguments,
+                result=row.result,
+                created_at=row.created_at,
+            )
+            for row in shown
+        ],
+        next_cursor=next_cursor,
+    )
+
+
 @router.get("/chunks/{chunk_id}", responses=responses(404))
 async def get_chunk(services: ServicesDep, chunk_id: ChunkId) -> ChunkOut:
     """A chunk with its children (the rows it summarises), summary and transcript."""

@@ -1,0 +1,241 @@
+"""Recall: how the model reads below its own summaries, one conversation at a time.
+
+Each way in takes the conversation it may read as an argument the runtime supplies, never
+one the model names, and checks every id it is given against it: a row of another
+conversation is "not found", exactly like one that does not exist. Every answer is plain
+text for the model, behind a `[source: archive]` line, bounded in tokens, with times in
+the person's time zone.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, tzinfo
+
+from memory.archive.reads import ArchiveReads, ChunkView
+from memory.archive.transcript import speaker
+from memory.profile.profiles import Profiles
+from memory.provenance import dialogue, escape_typed, header
+from memory.storage.messages import StoredMessage
+from memory.storage.search import MAX_WORDS, HitKind, Search, SearchHit, search_words
+from memory.tokens import estimate_tokens
+from memory.zones import zone
+
+SOURCE = header("source", "archive")
+# What one answer may cost the prompt; a turn makes a few (PARLEY_LLM_MAX_TOOL_CALLS).
+ANSWER_TOKENS = 1200
+SEARCH_HITS = 8
+SEARCH_CANDIDATES = 40
+RETIRED_FACTS = 20
+# A message hit up to this long is shown whole rather than as a snippet.
+WHOLE_MESSAGE_CHARS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a turn may read: its own conversation, and its person's retired facts (none
+    for a group)."""
+
+    conversation_id: uuid.UUID
+    user_id: uuid.UUID | None
+    timezone: str
+
+
+class Recall:
+    def __init__(self, reads: ArchiveReads, search: Search, profiles: Profiles) -> None:
+        self._reads = reads
+        self._search = search
+        self._profiles = profiles
+
+    async def search(
+        self, scope: Scope, query: str, start: date | None = None, end: date | None = None
+    ) -> str:
+        """The best hits for every word of `query`, messages and transcripts, between
+        the days `start` and `end` (both included, in the person's time zone)."""
+        if not search_words(query):
+            return answer("Nothing to search for: give a few words that were said.")
+        tz = zone(scope.timezone)
+        since = None if start is None else datetime.combine(start, time(), tz)
+        until = None if end is None else datetime.combine(end + timedelta(days=1), time(), tz)
+        found = await self._search.search(
+            scope.conversation_id, query, limit=SEARCH_CANDIDATES, start=since, end=until
+        )
+        hits = _best(found)
+        if not hits:
+            return answer(f"No message or transcript has all of: {query.strip()[:200]}")
+        placed = await self._reads.placed(
+            scope.conversation_id, [h.seq for h in hits if h.seq is not None]
+        )
+        lines = [f"{len(hits)} of {len(found)} hits, best first:"]
+        for hit in hits:
+            when = f"{hit.time.astimezone(tz):%Y-%m-%d %H:%M}"
+            if hit.kind is HitKind.CHUNK:
+                where = (
+                    f"archive #{hit.chunk_id} transcript, messages #{hit.seq_start}–#{hit.seq_end}"
+                )
+                lines.append(f"- {when} · {where}: {_one_line(hit.snippet)}")
+            elif hit.seq in placed:  # else deleted since the search
+                lines.append(f"- {when} · {_message_hit(hit, *placed[hit.seq])}")
+        lines.append("Read around a hit with archive_read(chunk_id, around=<message number>).")
+        return answer(_fit(lines, separator="\n"))
+
+    async def expand(self, scope: Scope, row_id: int) -> str:
+        """The rows a timeline row summarises, one level down."""
+        row = await self._row(scope, row_id)
+        if row is None:
+            return answer(f"No archive row #{row_id} in this conversation.")
+        if row.level == 0:
+            return answer(
+                f"archive #{row_id} is a level-0 row: it has no summaries below it. "
+                f"Read its words with archive_read({row_id})."
+            )
+        children = await self._reads.children(row_id)
+        tz = zone(scope.timezone)
+        blocks = [
+            f"## {_span(c, tz)} (archive #{c.id}, level {c.level}, messages #{c.seq_start}–#{c.seq_end})\n"
+            + (c.summary or "(not summarised yet)").strip()
+            for c in children
+        ]
+        intro = f"archive #{row_id} (level {row.level}, {_span(row, tz)}) summarises:"
+        return answer(_fit([intro, *blocks]))
+
+    async def read(self, scope: Scope, chunk_id: int, around: str | None = None) -> str:
+        """A window of a level-0 row's messages as they were written: from the start, or
+        around a message number or the first message with the words `around`."""
+        row = await self._row(scope, chunk_id)
+        if row is None:
+            return answer(f"No archive row #{chunk_id} in this conversation.")
+        if row.level > 0:
+            return answer(
+                f"archive #{chunk_id} is a summary (level {row.level}); expand it with "
+                f"archive_expand({chunk_id}) to find the level-0 rows, then read one of those."
+            )
+        messages = dialogue(await self._reads.messages_of(chunk_id))
+        if not messages:
+            return answer(f"archive #{chunk_id} holds no dialogue.")
+        tz = zone(scope.timezone)
+        blocks = [_block(m, tz) for m in messages]
+        centre = _centre(messages, around)
+        first, last = _window([estimate_tokens(b) for b in blocks], centre, ANSWER_TOKENS - 100)
+        shown = messages[first : last + 1]
+        intro = (
+            f"archive #{chunk_id}, {_span(row, tz)}, messages #{messages[0].seq}–#{messages[-1].seq}; "
+            f"showing #{shown[0].seq}–#{shown[-1].seq}:"
+        )
+        if around and centre is None:
+            intro = f"Nothing in archive #{chunk_id} matches {around[:100]!r}. " + intro
+        return answer("\n\n".join([intro, *blocks[first : last + 1]]))
+
+    async def retired_facts(self, scope: Scope, query: str) -> str:
+        """Facts the profile once held and let go, with when and why."""
+        if scope.user_id is None:
+            return answer("A group conversation has no profile, so no retired facts.")
+        words = [w.casefold() for w in search_words(query)][:MAX_WORDS]
+        facts = await self._profiles.retired(scope.user_id)
+        matching = [f for f in facts if all(w in f.text.casefold() for w in words)]
+        if not matching:
+            return answer(f"No retired fact has all of: {query.strip()[:200]}")
+        tz = zone(scope.timezone)
+        lines = [
+            f"- retired {f.retired_at.astimezone(tz):%Y-%m-%d} ({_one_line(f.reason)}): {f.text}"
+            for f in reversed(matching[-RETIRED_FACTS:])
+        ]
+        return answer(_fit([f"{len(matching)} retired facts match, newest first:", *lines]))
+
+    async def _row(self, scope: Scope, row_id: int) -> ChunkView | None:
+        row = await self._reads.chunk(row_id)
+        if row is None or row.conversation_id != scope.conversation_id:
+            return None
+        return row
+
+
+def _best(hits: Sequence[SearchHit]) -> list[SearchHit]:
+    """The best message hits, then transcripts that add something (words spread over
+    several messages): a word said is found as a message and again in its transcript."""
+    messages = sorted((h for h in hits if h.kind is HitKind.MESSAGE), key=lambda h: -h.rank)
+    picked = messages[:SEARCH_HITS]
+    seqs = {h.seq for h in picked}
+    for hit in sorted((h for h in hits if h.kind is HitKind.CHUNK), key=lambda h: -h.rank):
+        if len(picked) >= SEARCH_HITS:
+            break
+        low, high = hit.seq_start or 0, hit.seq_end or 0
+        if not any(s is not None and low <= s <= high for s in seqs):
+            picked.append(hit)
+    return picked
+
+
+def _message_hit(hit: SearchHit, message: StoredMessage, chunk: int | None) -> str:
+    where = "recent" if chunk is None else f"in archive #{chunk}"
+    # A short message whole, word for word; a long one by its snippet.
+    words = message.text if len(message.text) <= WHOLE_MESSAGE_CHARS else hit.snippet
+    return f"message #{message.seq} ({where}, {speaker(message)}): {escape_typed(_one_line(words))}"
+
+
+def _block(message: StoredMessage, tz: tzinfo) -> str:
+    when = message.sent_at.astimezone(tz)
+    head = f"#{message.seq} · {when:%Y-%m-%d %H:%M} · {message.channel} · {speaker(message)}"
+    return f"{head}\n{escape_typed(message.text)}"
+
+
+def _centre(messages: Sequence[StoredMessage], around: str | None) -> int | None:
+    """Index of the message `around` names: its number (`123` or `#123`), else the first
+    with all its words; None if nothing does."""
+    if not around or not around.strip():
+        return None
+    wanted = around.strip().removeprefix("#")
+    if wanted.isdigit():
+        seq = int(wanted)
+        return next((i for i, m in enumerate(messages) if m.seq >= seq), len(messages) - 1)
+    words = [w.casefold() for w in around.split()]
+    return next(
+        (i for i, m in enumerate(messages) if all(w in m.text.casefold() for w in words)), None
+    )
+
+
+def _window(sizes: Sequence[int], centre: int | None, budget: int) -> tuple[int, int]:
+    """First and last index of the most blocks around `centre` (or from the start) that
+    fit `budget`; always at least one."""
+    first = last = centre or 0
+    used = sizes[first]
+    while True:
+        grew = False
+        for step in (-1, 1) if centre is not None else (1,):
+            i = first - 1 if step < 0 else last + 1
+            if 0 <= i < len(sizes) and used + sizes[i] <= budget:
+                used += sizes[i]
+                first, last = min(first, i), max(last, i)
+                grew = True
+        if not grew:
+            return first, last
+
+
+def _fit(blocks: Iterable[str], separator: str = "\n\n") -> str:
+    """Blocks in order until the answer's budget is spent; says how many were left out."""
+    kept: list[str] = []
+    used = 0
+    items = list(blocks)
+    for block in items:
+        size = estimate_tokens(block)
+        if kept and used + size > ANSWER_TOKENS - 50:
+            kept.append(f"({len(items) - len(kept)} more left out for space.)")
+            break
+        kept.append(block)
+        used += size
+    return separator.join(kept)
+
+
+def _span(row: ChunkView, tz: tzinfo) -> str:
+    start = row.time_start.astimezone(tz).date()
+    end = row.time_end.astimezone(tz).date()
+    return f"{start}" if start == end else f"{start} – {end}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def answer(text: str) -> str:
+    """`text` as the model reads a tool's answer: behind the archive's source line."""
+    return f"{SOURCE}\n{text}"

@@ -1,0 +1,112 @@
+"""Recall's reads below the summaries, on a real archive (SQLite and Postgres): search,
+expand and read find a person's own words verbatim, never another conversation's, and
+every answer stays within its budget."""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+
+from memory.profile.profiles import Profiles
+from memory.recall import ANSWER_TOKENS, SOURCE, Recall, Scope
+from memory.tokens import estimate_tokens
+from tests.support.world import FILLER, MARKER, OTHER, World
+
+
+def _recall(world: World) -> Recall:
+    return Recall(world.archive, world.repos.search, Profiles(world.sessions))
+
+
+def _ana(world: World) -> Scope:
+    return Scope(world.ana.conversation_id, world.ana.user_id, "Europe/Lisbon")
+
+
+def _group(world: World) -> Scope:
+    return Scope(world.group, None, "UTC")
+
+
+def _bo(world: World) -> Scope:
+    return Scope(world.bo.conversation_id, world.bo.user_id, "UTC")
+
+
+async def test_search_finds_archived_words_with_their_row_and_time(world: World) -> None:
+    found = await _recall(world).search(_ana(world), f"{MARKER} number 7")
+
+    assert found.startswith(SOURCE + "\n")
+    # Message 7 of Ana's (the 8th) is seq 15: each message has its reply.
+    hit = next(line for line in found.splitlines() if "message #15 " in line)
+    assert re.search(r"\(in archive #\d+, user someone\)", hit)
+    assert f"{MARKER} number 7 {FILLER}" in hit  # a short message, whole
+    assert re.match(r"- 2026-03-01 \d\d:\d\d · ", hit)
+    assert estimate_tokens(found) <= ANSWER_TOKENS
+
+
+async def test_search_by_day_is_in_the_persons_time_zone(world: World) -> None:
+    recall = _recall(world)
+    that_day = await recall.search(_ana(world), MARKER, date(2026, 3, 1), date(2026, 3, 1))
+    before = await recall.search(_ana(world), MARKER, None, date(2026, 2, 28))
+
+    assert "message #" in that_day
+    assert "No message or transcript" in before
+
+
+async def test_read_gives_the_words_as_written_around_a_message(world: World) -> None:
+    recall = _recall(world)
+    chunks = [c for c in await world.archive.chunks(world.ana.conversation_id) if c.level == 0]
+    row = next(c for c in chunks if c.seq_start <= 15 <= c.seq_end)
+
+    window = await recall.read(_ana(world), row.id, around="15")
+    by_words = await recall.read(_ana(world), row.id, around=f"{MARKER} number 7")
+
+    assert f"{MARKER} number 7 {FILLER}" in window
+    assert "#15 · 2026-03-01" in window
+    assert window == by_words
+    assert estimate_tokens(window) <= ANSWER_TOKENS
+
+
+async def test_expand_opens_a_summary_one_level_down(world: World) -> None:
+    recall = _recall(world)
+    chunks = await world.archive.chunks(world.ana.conversation_id)
+    parent = next(c for c in chunks if c.level == 1)
+    children = await world.archive.children(parent.id)
+
+    opened = await recall.expand(_ana(world), parent.id)
+    leaf = await recall.expand(_ana(world), children[0].id)
+
+    for child in children:
+        assert f"(archive #{child.id}, level 0" in opened
+    assert f"archive_read({children[0].id})" in leaf
+
+
+async def test_nobody_reads_another_conversation_whatever_they_ask(world: World) -> None:
+    recall = _recall(world)
+    ana_rows = await world.archive.chunks(world.ana.conversation_id)
+    group_rows = await world.archive.chunks(world.group)
+
+    by_bo = await recall.search(_bo(world), MARKER)
+    by_group = await recall.search(_group(world), f"{MARKER} number")
+    reads = [
+        await recall.read(scope, row.id)
+        for scope in (_bo(world), _group(world))
+        for row in ana_rows
+    ]
+    expands = [await recall.expand(_bo(world), row.id) for row in ana_rows + group_rows]
+    group_read = await recall.read(_group(world), next(r.id for r in group_rows if r.level == 0))
+
+    assert "No message or transcript" in by_bo
+    assert "No message or transcript" in by_group  # Ana's own words are not the group's
+    assert all("No archive row" in answer for answer in reads + expands)
+    assert f"{MARKER} group" in group_read or f"{OTHER} group" in group_read
+    assert "number" not in group_read
+
+
+async def test_retired_facts_are_a_persons_and_no_groups(world: World) -> None:
+    recall = _recall(world)
+
+    ana = await recall.retired_facts(_ana(world), "soup")
+    group = await recall.retired_facts(_group(world), "soup")
+    bo = await recall.retired_facts(_bo(world), "soup")
+
+    assert f"likes {MARKER} soup very much" in ana
+    assert "no retired facts" in group
+    assert "No retired fact" in bo

@@ -1,0 +1,209 @@
+"""Recall through real turns, against fake OpenAI-compatible and Anthropic servers that
+call tools: a detail only a transcript holds is looked up and answered from; the system
+prompt is the same bytes on every call of the turn; nobody reads another's archive; a
+model that never stops calling tools is stopped; web chat streams only the answer."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from gateway.jobs.queue import EmbeddedQueue
+from gateway.turns.runner import TOOL_LIMIT_NOTICE
+from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
+from tests.support.archive_checks import marked_text
+from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, next_frame, running_gateway
+
+Kind = Literal["openai", "anthropic"]
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+DETAIL = "My new flat is at 42 Quai des Celestins, third floor, door code 4711."
+QUESTION = "What was the door code of my new flat again?"
+
+
+def _settings(database_url: str, tmp_path: Path, llm: FakeLLM, kind: Kind, **extra: Any) -> Any:
+    provider = {"llm_provider": kind, "llm_base_url": llm.base_url} if kind == "anthropic" else {}
+    # A 16k-token model: the archive cuts after a few thousand tokens of talk.
+    return make_settings(
+        database_url, tmp_path, llm, llm_context_tokens=16_000, **provider, **extra
+    )
+
+
+def _system(body: dict[str, Any]) -> str:
+    if "system" in body:  # Anthropic
+        return str(body["system"][0]["text"])
+    return str(body["messages"][0]["content"])
+
+
+def _is_turn(body: dict[str, Any]) -> bool:
+    return _system(body).startswith("# Who you are")
+
+
+def _tool_results(body: dict[str, Any]) -> list[str]:
+    """What the tools returned, as the request carries it back to the model."""
+    found = []
+    for message in body["messages"]:
+        if message.get("role") == "tool":
+            found.append(str(message["content"]))
+        content = message.get("content")
+        if isinstance(content, list):
+            found += [str(b["content"]) for b in content if b.get("type") == "tool_result"]
+    return found
+
+
+async def _archive_a_detail(gw: Gateway, token: str, conversation: str) -> None:
+    """The detail (message 1), then hundreds of messages after it, until it is archived:
+    from then on no prompt holds it, only the archive."""
+    queue = gw.services.queue
+    assert isinstance(queue, EmbeddedQueue)
+    assert (await gw.send(token, DETAIL)).status_code == 200
+    for number in range(1, 400):
+        assert (await gw.send(token, marked_text(number, 60))).status_code == 200
+        await gw.services.runner.idle()
+        await queue.idle()
+        chunks = await gw.services.archive.chunks(uuid.UUID(conversation))
+        if number >= 200 and any(c.level == 0 and c.seq_start == 1 for c in chunks):
+            return
+    raise AssertionError("the detail was never archived")
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_detail_only_a_transcript_holds_is_looked_up_and_answered(
+    database_url: str, tmp_path: Path, llm: FakeLLM, kind: Kind
+) -> None:
+    async with running_gateway(_settings(database_url, tmp_path, llm, kind)) as gw:
+        token, conversation = await gw.visitor()
+        await _archive_a_detail(gw, token, conversation)
+        turn_requests: list[dict[str, Any]] = []
+
+        def model(body: dict[str, Any], number: int) -> Behaviour | None:
+            if not _is_turn(body) or QUESTION not in json.dumps(body):
+                return None
+            turn_requests.append(body)
+            results = _tool_results(body)
+            if not results:
+                return CallTools([("archive_search", {"query": "door code flat"})])
+            # The model reads its hits for the one with a code in it.
+            hit = next((h for h in results[-1].splitlines() if "4711" in h), "nothing found")
+            return Reply(f"You told me: {hit.split(': ', 1)[-1]}")
+
+        llm.responder = model
+        answered = await gw.send(token, QUESTION)
+        lookups = await gw.http.get(f"/api/v1/sessions/{conversation}/lookups", headers=ADMIN)
+        stored = await gw.whole_history(token)
+
+        # Another visitor's model asks for the same words and for that person's row.
+        row = next(c for c in await gw.services.archive.chunks(uuid.UUID(conversation)))
+        llm.responder = _one_lookup_then("archive_search", {"query": "Celestins 4711"})
+        stranger, _ = await gw.visitor()
+        await gw.send(stranger, "hello")
+        searched = _tool_results(llm.requests[-1])
+        llm.responder = _one_lookup_then("archive_read", {"chunk_id": row.id})
+        await gw.send(stranger, "and again")
+        read = _tool_results(llm.requests[-1])
+
+    assert answered.status_code == 200, answered.text
+    first, second = turn_requests
+    assert "4711" not in json.dumps(first)  # not in the prompt: only the archive has it
+    assert "archive_search" in json.dumps(first["tools"])
+    [result] = _tool_results(second)
+    assert result.startswith("[source: archive]\n")
+    assert DETAIL in result  # the sentence as it was written
+    assert "4711" in answered.json()["reply"]["text"]
+    # What the tools read back is no message: not in the live window, not in a transcript.
+    assert not any("[source: archive]" in m["text"] for m in stored)
+    assert _system(first) == _system(second)  # byte for byte
+    [lookup] = lookups.json()["items"]
+    assert lookup["tool"] == "archive_search"
+    assert json.loads(lookup["arguments"]) == {"query": "door code flat"}
+    assert "4711" in lookup["result"]
+    assert lookup["seq"] == answered.json()["message"]["seq"]
+    assert "No message or transcript has all of" in searched[-1]
+    assert read[-1] == f"[source: archive]\nNo archive row #{row.id} in this conversation."
+
+
+def _one_lookup_then(tool: str, arguments: dict[str, Any]) -> Any:
+    """A model that makes one call in a turn, then answers."""
+
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        if not _is_turn(body):
+            return None
+        return Reply("done") if _tool_results(body) else CallTools([(tool, arguments)])
+
+    return model
+
+
+async def test_a_model_that_keeps_calling_tools_is_stopped_and_still_answers(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    obeying = True
+
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        if not _is_turn(body):
+            return None
+        if body.get("tool_choice") == "none" and obeying:
+            return Reply("Here is what I found.")
+        return CallTools(
+            [("archive_search", {"query": f"try {number}"}), ("archive_expand", {"row_id": 1})]
+        )
+
+    llm.responder = model
+    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+        token, conversation = await gw.visitor()
+        polite = await gw.send(token, "find it")
+        calls = [b for b in llm.requests if _is_turn(b)]
+        obeying = False
+        stubborn = await gw.send(token, "find it again")
+        lookups = await gw.http.get(
+            f"/api/v1/sessions/{conversation}/lookups", params={"limit": 100}, headers=ADMIN
+        )
+        status = await gw.send(token, "/status")
+
+    assert polite.json()["reply"]["text"] == "Here is what I found."
+    assert stubborn.json()["reply"]["role"] == "event"
+    assert stubborn.json()["reply"]["text"] == TOOL_LIMIT_NOTICE
+    # Six calls a turn, in three rounds of two; the fourth call is told to answer.
+    assert len(calls) == 4
+    assert [c.get("tool_choice") for c in calls] == [None, None, None, "none"]
+    assert len(lookups.json()["items"]) == 12
+    assert _system(calls[0]) == _system(calls[3])
+    assert status.json()["reply"]["text"].endswith(
+        "Last looked up in the archive:\n"
+        '- archive_expand {"row_id": 1}\n'
+        '- archive_search {"query": "try 7"}\n'
+        '- archive_expand {"row_id": 1}'
+    )
+
+
+async def test_web_chat_streams_the_answer_and_withdraws_what_came_before_the_tools(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        if not _is_turn(body):
+            return None
+        if _tool_results(body):
+            return Reply("The answer, from the archive.", pieces=3)
+        return CallTools([("archive_search", {"query": "anything"})], text="Let me look.")
+
+    llm.responder = model
+    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+        token, _ = await gw.visitor()
+        async with gw.socket(token) as ws:
+            await ws.send(json.dumps({"type": "message", "text": "look it up", "client_id": "a"}))
+            frames: list[dict[str, Any]] = []
+            while not (frames and frames[-1]["type"] == "message" and frames[-1]["seq"] == 2):
+                frames.append(await next_frame(ws))
+
+    kinds = [f["type"] for f in frames if f["type"] != "ack"]
+    assert kinds[0] == "message"  # the visitor's own, stored
+    last_typing = max(i for i, kind in enumerate(kinds) if kind == "typing")
+    shown = [f for f in frames if f["type"] != "ack"]
+    before = "".join(f["text"] for f in shown[:last_typing] if f["type"] == "delta")
+    after = "".join(f["text"] for f in shown[last_typing:] if f["type"] == "delta")
+    assert kinds.count("typing") == 2  # once per model call
+    assert before == "Let me look."  # withdrawn by the typing frame that follows it
+    assert after == "The answer, from the archive."
+    assert shown[-1]["text"] == "The answer, from the archive."
