@@ -8,12 +8,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from gateway.clock import Clock
-from gateway.http import api, docs, exports, health
+from gateway.http import admin, api, docs, exports, health
 from gateway.http.access_log import AccessLog
 from gateway.http.cors import WebchatCORS
 from gateway.http.errors import install_error_handlers
 from gateway.http.headers import SecurityHeaders
 from gateway.http.limits import BodyLimit
+from gateway.http.operators import OperatorAuth
 from gateway.http.paging import Cursors
 from gateway.llm import LLMProvider
 from gateway.secrets import signing_key
@@ -35,6 +36,13 @@ def create_app(
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.services = services
     app.state.cursors = Cursors(signing_key(settings))
+    admin_token = settings.admin_token
+    app.state.operators = OperatorAuth(
+        services.repos.operator_sessions,
+        signing_key(settings),
+        None if admin_token is None else admin_token.get_secret_value(),
+        services.clock,
+    )
     app.add_middleware(
         BodyLimit, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout_seconds
     )
@@ -47,6 +55,7 @@ def create_app(
     app.include_router(docs.router)
     app.include_router(api.router)
     app.include_router(exports.router)
+    app.include_router(admin.router)
     for connector in services.connectors:
         if connector.router is not None:
             app.include_router(connector.router)

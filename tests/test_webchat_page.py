@@ -278,7 +278,8 @@ async def test_a_failed_session_start_is_retried(
 
 
 HOSTILE_REPLY = (
-    "Hi **there**, *mind* `this`:\n- one\n- two\n```\n<b>kept as text</b>\n```\n"
+    "Hi **there**, *mind* `this` and set PARLEY_LLM_MODEL in snake_case_land:\n"
+    "- one\n- two\n```\n<b>kept as text</b>\n```\n"
     '<img src=x onerror="window.pwned = 1"> [click](javascript:window.pwned=2) '
     "[docs](https://example.org/a?b=1)"
 )
@@ -299,10 +300,12 @@ async def test_replies_render_as_safe_markdown_and_nothing_else(
         links = await reply.locator("a").evaluate_all("as => as.map(a => a.href)")
         pwned = await page.evaluate("window.pwned")
         code = await reply.locator("pre code").text_content()
+        text = await reply.inner_text()
 
     assert sorted(set(made)) == ["a", "code", "em", "li", "pre", "strong", "ul"]
     assert links == ["https://example.org/a?b=1"]
     assert code == "<b>kept as text</b>"
+    assert "set PARLEY_LLM_MODEL in snake_case_land:" in text
     assert pwned is None
 
 

@@ -3,7 +3,8 @@
 // **bold**, *italic* or _italic_, `code`, ``` fenced code ```, "- " / "1. " lists, and
 // [links](https://…) to http and https only (anything else stays text).
 window.ParleyMarkdown = (() => {
-  const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\s][^*\n]*\*|_[^_\s][^_\n]*_)|\[([^\]\n]+)\]\(([^)\s]+)\)/g;
+  // Underscores inside a word (PARLEY_LLM_MODEL, snake_case) are no emphasis.
+  const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\s][^*\n]*\*|(?<!\w)_[^_\s][^_\n]*_(?!\w))|\[([^\]\n]+)\]\(([^)\s]+)\)/g;
   const ITEM = /^\s*(?:([-*])|(\d+)[.)])\s+(.*)$/;
 
   function el(name, text) {

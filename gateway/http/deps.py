@@ -6,27 +6,50 @@ import hmac
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from fastapi.requests import HTTPConnection
 
+from gateway.http.operators import COOKIE, OperatorAuth
 from gateway.http.paging import Cursors
 from gateway.http.problems import ApiError
 from gateway.services import Services
 
 
-def _services(request: Request) -> Services:
-    services: Services = request.app.state.services
+def _services(connection: HTTPConnection) -> Services:
+    services: Services = connection.app.state.services
     return services
 
 
 ServicesDep = Annotated[Services, Depends(_services)]
 
 
-def _admin(services: ServicesDep, authorization: Annotated[str | None, Header()] = None) -> None:
+def _operators(connection: HTTPConnection) -> OperatorAuth:
+    operators: OperatorAuth = connection.app.state.operators
+    return operators
+
+
+OperatorsDep = Annotated[OperatorAuth, Depends(_operators)]
+
+
+async def _admin(
+    request: Request,
+    services: ServicesDep,
+    operators: OperatorsDep,
+    authorization: Annotated[str | None, Header()] = None,
+) -> None:
+    """The admin token as a bearer token (scripts), or a dashboard session cookie with
+    its CSRF token on every change (browsers)."""
     expected = services.settings.admin_token
     if expected is None:
         raise ApiError(
             503,
             "the REST API is off: set PARLEY_ADMIN_TOKEN (a secret of 16+ characters) to enable it",
         )
+    if authorization is None and COOKIE in request.cookies:
+        operator = await operators.operator(request)
+        if operator is None:
+            raise ApiError(401, "the dashboard session has ended: sign in again")
+        operators.check_change(request, operator)
+        return
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(
         token.strip().encode(), expected.get_secret_value().encode()

@@ -6,6 +6,7 @@ so a page never shifts while new people and conversations arrive.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,7 +15,16 @@ from sqlalchemy import Select, and_, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import ConversationView, conversation_view
-from memory.storage.models import Conversation, ConversationKind, Identity, User
+from memory.storage.models import (
+    Chunk,
+    ChunkStatus,
+    Conversation,
+    ConversationKind,
+    Delivery,
+    Identity,
+    Message,
+    User,
+)
 
 # (created_at, id) of the last row shown: the next page starts after it.
 After = tuple[datetime, uuid.UUID]
@@ -40,6 +50,15 @@ class PersonView:
 
 
 @dataclass(frozen=True, slots=True)
+class PersonState:
+    """What may need an operator in a person's own conversation."""
+
+    owes_reply: bool = False  # a message of theirs is still unanswered
+    failed_deliveries: int = 0
+    archive_errors: int = 0  # chunks whose summary keeps failing
+
+
+@dataclass(frozen=True, slots=True)
 class SessionFilter:
     kind: ConversationKind | None = None
     user_id: uuid.UUID | None = None
@@ -61,13 +80,45 @@ class Directory:
         async with self._sessions() as session:
             return [conversation_view(row) for row in await session.scalars(query)]
 
-    async def people(self, q: str | None, *, after: After | None, limit: int) -> list[PersonView]:
+    async def people(
+        self,
+        q: str | None,
+        *,
+        after: After | None,
+        limit: int,
+        said_in: Sequence[uuid.UUID] = (),
+    ) -> list[PersonView]:
+        """`q` in a name, or (`said_in`) people whose own conversation is one of these."""
         query = _newest_first(select(User), User, after).limit(limit)
         if q:
-            query = query.where(or_(_has(User.display_name, q), _identity_named(User.id, q)))
+            named = or_(_has(User.display_name, q), _identity_named(User.id, q))
+            said = exists().where(Conversation.user_id == User.id, Conversation.id.in_(said_in))
+            query = query.where(or_(named, said) if said_in else named)
         async with self._sessions() as session:
             users = list(await session.scalars(query))
             return [await _person(session, user) for user in users]
+
+    async def states(self, user_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, PersonState]:
+        if not user_ids:
+            return {}
+        own = Conversation.user_id.in_(user_ids)
+        async with self._sessions() as session:
+            owing = {
+                row.user_id
+                for row in await session.execute(
+                    select(Conversation.user_id).where(
+                        own, Conversation.last_user_seq > Conversation.answered_seq
+                    )
+                )
+            }
+            failed = await _count_per_person(
+                session, own, Message, Message.delivery == Delivery.FAILED
+            )
+            stuck = await _count_per_person(session, own, Chunk, Chunk.status == ChunkStatus.FAILED)
+        return {
+            user: PersonState(user in owing, failed.get(user, 0), stuck.get(user, 0))
+            for user in user_ids
+        }
 
     async def person(self, user_id: uuid.UUID) -> PersonView | None:
         async with self._sessions() as session:
@@ -139,6 +190,19 @@ def _conditions(where: SessionFilter) -> list[Any]:
             )
         )
     return conditions
+
+
+async def _count_per_person(
+    session: AsyncSession, own: Any, rows: type[Message] | type[Chunk], condition: Any
+) -> dict[uuid.UUID, int]:
+    """How many `rows` of each person's own conversation meet `condition`."""
+    found = await session.execute(
+        select(Conversation.user_id, func.count().label("n"))
+        .join(rows, rows.conversation_id == Conversation.id)
+        .where(own, condition)
+        .group_by(Conversation.user_id)
+    )
+    return {row.user_id: row.n for row in found}
 
 
 def _has(column: Any, needle: str) -> Any:

@@ -360,6 +360,19 @@ class Lookup(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class OperatorSession(Base):
+    """A signed-in operator's browser (the dashboard). Only the hash of the cookie's
+    token is kept."""
+
+    __tablename__ = "operator_sessions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # Which admin token signed it in: changing PARLEY_ADMIN_TOKEN signs everyone out.
+    admin_key: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
 # -- leases: which process does a piece of work, decided by the database ---------------
 
 

@@ -19,6 +19,7 @@ from memory.storage.leases import Leases
 from memory.storage.linking import Links
 from memory.storage.lookups import Lookups
 from memory.storage.messages import Messages
+from memory.storage.operator_sessions import OperatorSessions
 from memory.storage.pairing import Pairings
 from memory.storage.rights import Rights
 from memory.storage.search import Search
@@ -43,6 +44,7 @@ class Repositories:
     erasure: Erasure
     rights: Rights
     lookups: Lookups
+    operator_sessions: OperatorSessions
 
     @classmethod
     def open(
@@ -73,4 +75,5 @@ class Repositories:
             erasure=Erasure(sessions, archive_dir=archive_dir),
             rights=Rights(sessions),
             lookups=Lookups(sessions),
+            operator_sessions=OperatorSessions(sessions),
         )

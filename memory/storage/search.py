@@ -206,6 +206,29 @@ class Search:
                 )
         return hits
 
+    async def conversations_with(self, query: str, *, limit: int) -> list[uuid.UUID]:
+        """Conversations any of whose messages or transcripts has every word of `query`,
+        most recently active first (finding a person by something they said)."""
+        words = search_words(query)
+        if not words:
+            return []
+        async with self._sessions() as session:
+            index = _index(session)
+            said = select(
+                Message.conversation_id.label("id"), Message.created_at.label("at")
+            ).where(index.matches(_MESSAGES, words))
+            archived = select(Chunk.conversation_id.label("id"), Chunk.time_end.label("at")).where(
+                Chunk.level == 0, Chunk.transcript.is_not(None), index.matches(_CHUNKS, words)
+            )
+            hits = union_all(said, archived).subquery()
+            rows = await session.execute(
+                select(hits.c.id)
+                .group_by(hits.c.id)
+                .order_by(func.max(hits.c.at).desc())
+                .limit(limit)
+            )
+            return [row.id for row in rows]
+
     async def compact(self) -> None:
         """Merge SQLite's full-text index into one segment, so the words of deleted rows
         are gone from the file and not just marked deleted (after an erasure). It

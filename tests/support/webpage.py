@@ -37,15 +37,17 @@ async def send_from_page(page: Page, text: str) -> None:
 
 
 class Line:
-    """The page's web chat socket, routed through Playwright so a test can cut it."""
+    """A page's socket (by default the web chat's), routed through Playwright so a test
+    can cut it."""
 
-    def __init__(self) -> None:
+    def __init__(self, pattern: str = r"/webchat/ws\b") -> None:
+        self.pattern = re.compile(pattern)
         self.up = True
         self.refused = asyncio.Event()  # set when the page tried to connect while down
         self._open: list[tuple[WebSocketRoute, WebSocketRoute]] = []
 
     async def install(self, page: Page) -> None:
-        await page.route_web_socket(re.compile(r"/webchat/ws\b"), self._route)
+        await page.route_web_socket(self.pattern, self._route)
 
     async def _route(self, page_side: WebSocketRoute) -> None:
         if not self.up:

@@ -25,10 +25,20 @@ from gateway.http.paging import (
 from gateway.http.problems import ApiError, not_found, responses
 from gateway.services import Services
 from gateway.text import StorableText
-from memory.storage.directory import PersonView
+from memory.storage.directory import PersonState, PersonView
 from memory.storage.identities import UnlinkStatus
 
 router = APIRouter(tags=["people"])
+# Conversations a word search of people looks through (the most recently active).
+SAID_IN = 500
+
+
+class StateOut(BaseModel):
+    """What may need an operator in the person's own conversation."""
+
+    owes_reply: bool
+    failed_deliveries: int
+    archive_errors: int
 
 
 class UserOut(BaseModel):
@@ -38,9 +48,10 @@ class UserOut(BaseModel):
     created_at: datetime
     identities: list[IdentityOut]
     conversations: list[uuid.UUID]
+    state: StateOut
 
     @classmethod
-    def of(cls, person: PersonView) -> UserOut:
+    def of(cls, person: PersonView, state: PersonState) -> UserOut:
         return cls(
             id=person.id,
             display_name=person.display_name,
@@ -48,6 +59,7 @@ class UserOut(BaseModel):
             created_at=person.created_at,
             identities=[IdentityOut(**asdict(i)) for i in person.identities],
             conversations=list(person.conversations),
+            state=StateOut(**asdict(state)),
         )
 
 
@@ -74,18 +86,25 @@ async def list_users(
     limit: LimitQuery = 50,
     cursor: CursorQuery = None,
 ) -> UserPage:
-    """People, newest first; `q` finds a name (theirs or one of their identities')."""
+    """People, newest first; `q` finds a name (theirs or one of their identities') or
+    every word of something they said (messages and archived transcripts)."""
     key = scope("users", q=q)
+    said_in = [] if not q else await services.repos.search.conversations_with(q, limit=SAID_IN)
     people = await services.repos.directory.people(
-        q, after=created_after(cursors.read(key, cursor)), limit=limit + 1
+        q, after=created_after(cursors.read(key, cursor)), limit=limit + 1, said_in=said_in
     )
     shown, next_cursor = cursors.cut(key, people, limit, by_creation)
-    return UserPage(items=[UserOut.of(p) for p in shown], next_cursor=next_cursor)
+    return UserPage(items=await _with_states(services, shown), next_cursor=next_cursor)
 
 
 @router.get("/users/{user_id}", responses=responses(404))
 async def get_user(services: ServicesDep, user_id: uuid.UUID) -> UserOut:
-    return UserOut.of(await person(services, user_id))
+    return (await _with_states(services, [await person(services, user_id)]))[0]
+
+
+async def _with_states(services: Services, people: list[PersonView]) -> list[UserOut]:
+    states = await services.repos.directory.states([p.id for p in people])
+    return [UserOut.of(p, states[p.id]) for p in people]
 
 
 @router.post("/users/{user_id}/merge", response_model=UserOut, responses=responses(404, 409, 422))
@@ -109,7 +128,7 @@ async def merge_users(
             ) from None
         if not merged:
             raise not_found("user")
-        return UserOut.of(await person(services, user_id))
+        return (await _with_states(services, [await person(services, user_id)]))[0]
 
     return await once.run(merge, about=lambda user: user.id)
 

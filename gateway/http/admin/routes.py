@@ -1,0 +1,142 @@
+"""Sign-in, sign-out, the dashboard's page and files, and its live socket."""
+
+# No `from __future__ import annotations`: FastAPI reads the route signatures.
+
+import asyncio
+import contextlib
+import html
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, WebSocket, WebSocketDisconnect, status
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.http.deps import OperatorsDep, ServicesDep
+from gateway.http.operators import CSRF_HEADER, OperatorAuth
+from gateway.http.problems import ApiError, responses
+from gateway.turns.hub import DeltaEvent, Event, Typing
+
+STATIC = Path(__file__).with_name("static")
+# Scripts, styles, the socket and pictures from this origin only; framed by nobody.
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+FILES = {
+    "admin.js": "text/javascript",
+    "admin.css": "text/css",
+    "signin.js": "text/javascript",
+}
+# Close codes of the live socket: the 4000s mirror the HTTP status.
+UNAUTHORIZED = 4401
+FORBIDDEN = 4403
+
+router = APIRouter(tags=["dashboard"], include_in_schema=False)
+
+
+class SignIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    token: str = Field(min_length=1, max_length=4096)
+
+
+def _page(name: str, **values: str) -> HTMLResponse:
+    text = (STATIC / name).read_text(encoding="utf-8")
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", html.escape(value))
+    return HTMLResponse(
+        text, headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"}
+    )
+
+
+@router.get("/admin/signin", response_class=HTMLResponse)
+async def signin_page() -> HTMLResponse:
+    return _page("signin.html")
+
+
+@router.post(
+    "/admin/session", status_code=status.HTTP_204_NO_CONTENT, responses=responses(401, 429, 503)
+)
+async def sign_in(body: SignIn, request: Request, operators: OperatorsDep) -> Response:
+    response = Response(status_code=status.HTTP_204_NO_CONTENT)
+    await operators.sign_in(request, response, body.token)
+    return response
+
+
+@router.delete(
+    "/admin/session", status_code=status.HTTP_204_NO_CONTENT, responses=responses(401, 403)
+)
+async def sign_out(request: Request, operators: OperatorsDep) -> Response:
+    operator = await operators.operator(request)
+    if operator is None:
+        raise ApiError(401, "not signed in")
+    operators.check_change(request, operator)
+    response = Response(status_code=status.HTTP_204_NO_CONTENT)
+    await operators.sign_out(operator, response)
+    return response
+
+
+@router.get("/admin", response_class=HTMLResponse)
+async def dashboard(request: Request, operators: OperatorsDep) -> Response:
+    operator = await operators.operator(request)
+    if operator is None:
+        return RedirectResponse("/admin/signin", status_code=status.HTTP_303_SEE_OTHER)
+    return _page("admin.html", csrf=operator.csrf, csrf_header=CSRF_HEADER)
+
+
+@router.get("/admin/static/{name}")
+async def static_file(name: str) -> Response:
+    media = FILES.get(name)
+    if media is None:
+        raise ApiError(404, "no such file")
+    return Response((STATIC / name).read_bytes(), media_type=media)
+
+
+@router.websocket("/admin/live")
+async def live(
+    websocket: WebSocket,
+    services: ServicesDep,
+    operators: OperatorsDep,
+    session: Annotated[uuid.UUID, Query()],
+) -> None:
+    """A doorbell: `{"type": "changed"}` whenever the conversation stores a message here
+    or on another replica; the page reads what is new from the REST API by seq, so a
+    missed ring (a reconnect) costs nothing."""
+    await websocket.accept()
+    reason = await _refusal(websocket, operators)
+    if reason is not None:
+        await websocket.send_json({"type": "error", "detail": reason[1]})
+        await websocket.close(code=reason[0])
+        return
+    with services.hub.subscribe(session) as events:
+        await websocket.send_json({"type": "ready"})
+        ring = asyncio.create_task(_ring(websocket, events))
+        try:
+            while (await websocket.receive())["type"] != "websocket.disconnect":
+                pass  # the page says nothing; this notices it leaving
+        except WebSocketDisconnect:
+            pass
+        finally:
+            ring.cancel()
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
+                await ring
+
+
+async def _refusal(websocket: WebSocket, operators: OperatorAuth) -> tuple[int, str] | None:
+    # A socket has no CSRF header: the browser's Origin must be the dashboard's own.
+    host = websocket.headers.get("host", "")
+    scheme = "https" if websocket.url.scheme == "wss" else "http"
+    if websocket.headers.get("origin") != f"{scheme}://{host}":
+        return FORBIDDEN, "the live socket is for the dashboard's own page"
+    if await operators.operator(websocket) is None:
+        return UNAUTHORIZED, "sign in first"
+    return None
+
+
+async def _ring(websocket: WebSocket, events: "asyncio.Queue[Event]") -> None:
+    while True:
+        event = await events.get()
+        if not isinstance(event, DeltaEvent | Typing):
+            await websocket.send_json({"type": "changed"})

@@ -1,0 +1,125 @@
+"""Operators in a browser: the admin token once, then a session cookie.
+
+The cookie holds a random token (the database keeps only its hash), is HttpOnly and
+SameSite=Strict, and is Secure: a sign-in over plain HTTP is refused except on the
+machine itself (loopback), where browsers keep Secure cookies anyway. Every change also
+needs the session's CSRF token in `X-CSRF-Token` — derived from the cookie's token, so
+the page that shows it never stores it — and, where the browser says, the same origin.
+Changing PARLEY_ADMIN_TOKEN signs every browser out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from fastapi import Request, Response
+from starlette.requests import HTTPConnection
+
+from gateway.clock import Clock
+from gateway.http.problems import ApiError
+from gateway.http.ratelimit import RateLimit
+from memory.storage.operator_sessions import OperatorSessions
+
+COOKIE = "parley_operator"
+CSRF_HEADER = "X-CSRF-Token"
+SESSION_TTL = timedelta(hours=12)
+SIGN_INS_PER_MINUTE = 10
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """A signed-in browser: its CSRF token is what its changes must carry."""
+
+    token: str
+    csrf: str
+
+
+class OperatorAuth:
+    def __init__(
+        self, sessions: OperatorSessions, key: bytes, admin_token: str | None, clock: Clock
+    ) -> None:
+        self._sessions = sessions
+        self._key = key
+        self._admin_token = admin_token
+        self._clock = clock
+        self.sign_ins = RateLimit(SIGN_INS_PER_MINUTE, "sign-ins")
+
+    async def sign_in(self, request: Request, response: Response, given: str) -> Operator:
+        """Check the admin token and set the session cookie on `response`."""
+        self.sign_ins.take(request.client.host if request.client else "")
+        expected = self._expected()
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise ApiError(401, "that is not the admin token")
+        if request.url.scheme != "https" and request.url.hostname not in LOOPBACK:
+            raise ApiError(
+                400, "sign in over HTTPS: the session cookie is never sent in clear text"
+            )
+        token = secrets.token_urlsafe(32)
+        await self._sessions.open(
+            _hash(token), self._admin_key(expected), now=self._clock.now(), ttl=SESSION_TTL
+        )
+        response.set_cookie(
+            COOKIE,
+            token,
+            max_age=int(SESSION_TTL.total_seconds()),
+            path="/",
+            secure=True,
+            httponly=True,
+            samesite="strict",
+        )
+        return Operator(token, self._csrf(token))
+
+    async def operator(self, connection: HTTPConnection) -> Operator | None:
+        """The browser's session (a request's or a socket's), if its cookie holds a
+        live one."""
+        token = connection.cookies.get(COOKIE)
+        if not token or self._admin_token is None:
+            return None
+        found = await self._sessions.find(_hash(token), now=self._clock.now())
+        if found is None or not hmac.compare_digest(
+            found.admin_key, self._admin_key(self._admin_token)
+        ):
+            return None
+        return Operator(token, self._csrf(token))
+
+    def check_change(self, request: Request, operator: Operator) -> None:
+        """A change (any unsafe method) must come from the dashboard's own page."""
+        if request.method in SAFE_METHODS:
+            return
+        given = request.headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(given.encode(), operator.csrf.encode()):
+            raise ApiError(403, f"a change needs the session's CSRF token in {CSRF_HEADER}")
+        origin = request.headers.get("origin")
+        if origin is not None and origin != _origin(request):
+            raise ApiError(403, "a change must come from the dashboard's own origin")
+
+    async def sign_out(self, operator: Operator, response: Response) -> None:
+        await self._sessions.close(_hash(operator.token))
+        response.delete_cookie(COOKIE, path="/", secure=True, httponly=True, samesite="strict")
+
+    def _expected(self) -> str:
+        if self._admin_token is None:
+            raise ApiError(
+                503, "the dashboard is off: set PARLEY_ADMIN_TOKEN (16+ characters) to enable it"
+            )
+        return self._admin_token
+
+    def _admin_key(self, admin_token: str) -> str:
+        return hmac.new(self._key, b"operator:" + admin_token.encode(), hashlib.sha256).hexdigest()
+
+    def _csrf(self, token: str) -> str:
+        return hmac.new(self._key, b"csrf:" + token.encode(), hashlib.sha256).hexdigest()
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _origin(request: Request) -> str:
+    return f"{request.url.scheme}://{request.headers.get('host', '')}"
