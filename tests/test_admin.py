@@ -157,6 +157,9 @@ async def test_operations_approve_pairing_and_retry_a_failed_delivery(
         failed = (await _api(p, "GET", "/deliveries", params={"state": "failed"})).json()["items"]
         pending = (await _api(p, "GET", "/pairing")).json()["items"]
         await sign_in(page, url)
+        await page.get_by_label("with").select_option("a failed delivery")
+        needing = page.get_by_role("list", name="People").get_by_role("link")
+        await expect(needing).to_have_text(["Ana"])
         await page.get_by_role("link", name="Operations").click()
         await expect(page.locator(f"li[data-message='{failed[0]['id']}']")).to_be_visible()
         await page.screenshot(path=tmp_path / "admin-operations.png")
@@ -259,3 +262,58 @@ async def test_nothing_without_a_session_and_no_change_without_the_csrf_token(
     assert cookie["httpOnly"] is True
     assert cookie["secure"] is True
     assert cookie["sameSite"] == "Strict"
+
+
+async def test_health_shows_channels_and_charts_what_the_database_holds(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    async with dashboard(database_url, tmp_path, llm) as (p, _):
+        await p.telegram(tg.text_update(300, "a message today"))
+        await p.tg.wait_until(lambda f: len(f.texts(300)) >= 1)
+        stats = (await _api(p, "GET", "/stats")).json()
+        await sign_in(page, p.gw.url)
+        await page.get_by_role("link", name="Health").click()
+        telegram = page.locator("tr[data-channel='telegram']")
+        await expect(telegram).to_contain_text("yes")
+        charts = page.get_by_role("img")
+        await expect(charts).to_have_count(2)
+        await page.screenshot(path=tmp_path / "admin-health.png", full_page=True)
+        shown = (
+            await page.locator("figure")
+            .first.locator("tbody tr")
+            .evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+        )
+
+    today = datetime.now(UTC).date().isoformat()
+    [prompt] = [d for d in stats["prompt_tokens_per_day"] if d["day"] == today]
+    assert prompt["turns"] >= 1
+    assert 0 < prompt["largest"] <= stats["prompt_limit"]
+    by_channel = {
+        d["channel"]: d["messages"] for d in stats["messages_per_day"] if d["day"] == today
+    }
+    assert by_channel["telegram"] >= 2  # the message and its reply
+    assert [today, str(by_channel["telegram"])] in shown
+
+
+async def test_unlink_an_identity_and_merge_another_person_in(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    page.on("dialog", _accept)
+    async with dashboard(database_url, tmp_path, llm) as (p, world):
+        await sign_in(page, p.gw.url)
+        await page.goto(f"{p.gw.url}/admin#/people/{world.ana.user_id}/memory")
+        discord = page.locator(f"li[data-identity='{world.ana_discord}']")
+        await discord.get_by_role("button", name="Unlink").click()
+        await expect(page.locator(f"li[data-identity='{world.ana_discord}']")).to_have_count(0)
+        await page.get_by_label("Merge another person into this one").fill("Bo")
+        await page.get_by_role("button", name="Find").click()
+        await page.get_by_role("button", name="Merge Bo into Ana").click()
+        await expect(page.locator("li[data-identity]")).to_have_count(2)
+        ana = (await _api(p, "GET", f"/users/{world.ana.user_id}")).json()
+        bo = await _api(p, "GET", f"/users/{world.bo.user_id}")
+
+    assert sorted((i["channel"], i["external_id"]) for i in ana["identities"]) == [
+        ("telegram", "100"),
+        ("telegram", "300"),
+    ]
+    assert bo.json()["identities"] == []  # all of Bo is Ana's now

@@ -50,6 +50,7 @@ OPERATIONS = {
     "PATCH /api/v1/users/{user_id}/profile",
     "GET /api/v1/users/{user_id}/retired-facts",
     "GET /api/v1/sessions/{session_id}/lookups",
+    "GET /api/v1/stats",
     "GET /api/v1/users",
     "GET /api/v1/users/{user_id}",
     "POST /api/v1/users/{user_id}/merge",

@@ -124,6 +124,7 @@ class _Answer:
     text: str
     role: Role = Role.ASSISTANT
     source: str | None = None
+    prompt_tokens: int | None = None  # a model's answer: its last call's prompt, estimated
 
 
 class TurnRunner:
@@ -393,7 +394,7 @@ class TurnRunner:
                 await self._recall.record(state.conversation_id, trigger.id, lookups)
         if not text:
             raise LLMError("the model returned an empty reply")
-        return _Answer(text)
+        return _Answer(text, prompt_tokens=_size(prompt, steps))
 
     async def _call_model(
         self, conversation_id: uuid.UUID, prompt: Prompt
@@ -441,6 +442,7 @@ class TurnRunner:
                 source=answer.source,
                 reply_to_seq=trigger.seq,
                 delivery=Delivery.SENT if stored_is_sent else Delivery.PENDING,
+                prompt_tokens=answer.prompt_tokens,
             ),
             now=self._clock.now(),
             held=held,
@@ -461,6 +463,14 @@ class TurnRunner:
                 future.set_result(reply)
         if still_waiting:
             self._waiters[conversation_id] = still_waiting
+
+
+def _size(prompt: Prompt, steps: list[ToolStep]) -> int:
+    """About how many tokens a call's prompt is: system, turns and tool steps."""
+    texts = [prompt.system, *(turn.content for turn in prompt.turns)]
+    for step in steps:
+        texts += [step.text, *(call.arguments for call in step.calls), *step.results]
+    return sum(message_tokens(text) for text in texts)
 
 
 def _over_the_limit(call: ToolCall) -> str:

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Select, and_, exists, func, or_, select, update
@@ -58,6 +59,14 @@ class PersonState:
     archive_errors: int = 0  # chunks whose summary keeps failing
 
 
+class Need(StrEnum):
+    """What an operator may look for in a person's own conversation."""
+
+    REPLY = "reply"  # a message of theirs is still unanswered
+    DELIVERY = "delivery"  # a reply the platform refused
+    ARCHIVE = "archive"  # a summary that keeps failing
+
+
 @dataclass(frozen=True, slots=True)
 class SessionFilter:
     kind: ConversationKind | None = None
@@ -87,9 +96,13 @@ class Directory:
         after: After | None,
         limit: int,
         said_in: Sequence[uuid.UUID] = (),
+        needs: Need | None = None,
     ) -> list[PersonView]:
-        """`q` in a name, or (`said_in`) people whose own conversation is one of these."""
+        """`q` in a name, or (`said_in`) people whose own conversation is one of these;
+        `needs`: only people whose conversation needs that."""
         query = _newest_first(select(User), User, after).limit(limit)
+        if needs is not None:
+            query = query.where(_needing(needs))
         if q:
             named = or_(_has(User.display_name, q), _identity_named(User.id, q))
             said = exists().where(Conversation.user_id == User.id, Conversation.id.in_(said_in))
@@ -190,6 +203,18 @@ def _conditions(where: SessionFilter) -> list[Any]:
             )
         )
     return conditions
+
+
+def _needing(need: Need) -> Any:
+    own = Conversation.user_id == User.id
+    if need is Need.REPLY:
+        return exists().where(own, Conversation.last_user_seq > Conversation.answered_seq)
+    rows, condition = (
+        (Message, Message.delivery == Delivery.FAILED)
+        if need is Need.DELIVERY
+        else (Chunk, Chunk.status == ChunkStatus.FAILED)
+    )
+    return exists().where(own, rows.conversation_id == Conversation.id, condition)
 
 
 async def _count_per_person(

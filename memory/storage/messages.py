@@ -78,6 +78,7 @@ class NewMessage:
     platform_ts: datetime | None = None
     reply_to_seq: int | None = None
     delivery: Delivery | None = None
+    prompt_tokens: int | None = None
 
 
 MESSAGE_COLUMNS = (
@@ -361,6 +362,7 @@ def _row(
         "platform_ts": new.platform_ts,
         "created_at": now,
         "token_count": tokens,
+        "prompt_tokens": new.prompt_tokens,
         "reply_to_seq": new.reply_to_seq,
         "delivery": new.delivery,
         "delivery_attempts": 0,

@@ -226,6 +226,9 @@ class Message(Base):
     platform_ts: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     token_count: Mapped[int] = mapped_column(Integer, default=0)
+    # A model's reply: about how many tokens its turn's prompt was (is memory keeping
+    # the prompt bounded?).
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     chunk_id: Mapped[int | None] = mapped_column(
         ForeignKey("chunks.id", ondelete="SET NULL"), index=True
     )

@@ -23,6 +23,7 @@ from memory.storage.operator_sessions import OperatorSessions
 from memory.storage.pairing import Pairings
 from memory.storage.rights import Rights
 from memory.storage.search import Search
+from memory.storage.stats import Stats
 from memory.storage.watermarks import Watermarks
 from memory.storage.work import Work
 
@@ -45,6 +46,7 @@ class Repositories:
     rights: Rights
     lookups: Lookups
     operator_sessions: OperatorSessions
+    stats: Stats
 
     @classmethod
     def open(
@@ -76,4 +78,5 @@ class Repositories:
             rights=Rights(sessions),
             lookups=Lookups(sessions),
             operator_sessions=OperatorSessions(sessions),
+            stats=Stats(sessions),
         )

@@ -25,7 +25,7 @@ from gateway.http.paging import (
 from gateway.http.problems import ApiError, not_found, responses
 from gateway.services import Services
 from gateway.text import StorableText
-from memory.storage.directory import PersonState, PersonView
+from memory.storage.directory import Need, PersonState, PersonView
 from memory.storage.identities import UnlinkStatus
 
 router = APIRouter(tags=["people"])
@@ -83,15 +83,22 @@ async def list_users(
     services: ServicesDep,
     cursors: CursorsDep,
     q: Annotated[StorableText | None, Query(max_length=200)] = None,
+    needs: Annotated[
+        Need | None, Query(description="only people whose conversation needs this")
+    ] = None,
     limit: LimitQuery = 50,
     cursor: CursorQuery = None,
 ) -> UserPage:
     """People, newest first; `q` finds a name (theirs or one of their identities') or
     every word of something they said (messages and archived transcripts)."""
-    key = scope("users", q=q)
+    key = scope("users", q=q, needs=needs)
     said_in = [] if not q else await services.repos.search.conversations_with(q, limit=SAID_IN)
     people = await services.repos.directory.people(
-        q, after=created_after(cursors.read(key, cursor)), limit=limit + 1, said_in=said_in
+        q,
+        after=created_after(cursors.read(key, cursor)),
+        limit=limit + 1,
+        said_in=said_in,
+        needs=needs,
     )
     shown, next_cursor = cursors.cut(key, people, limit, by_creation)
     return UserPage(items=await _with_states(services, shown), next_cursor=next_cursor)

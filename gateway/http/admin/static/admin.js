@@ -85,17 +85,32 @@
     return person.identities.map((i) => h("span", { class: "badge" }, `${i.channel} · ${i.display_name || i.external_id}`));
   }
 
+  const NEEDS = [["", "everyone"], ["reply", "awaiting a reply"], ["delivery", "a failed delivery"], ["archive", "an archive error"]];
+
   async function peoplePage(params) {
     const q = params.get("q") || "";
+    const needs = params.get("needs") || "";
     const box = h("input", { id: "q", type: "search", value: q, placeholder: "a name, or words they said" });
-    const form = h("form", { class: "row", role: "search", onsubmit: (e) => {
-      e.preventDefault();
-      location.hash = "#/people" + (box.value.trim() ? "?q=" + encodeURIComponent(box.value.trim()) : "");
-    } }, h("label", { for: "q" }, "Find a person"), box, h("button", { type: "submit" }, "Search"));
+    const filter = h("select", { id: "needs" }, NEEDS.map(([value, label]) =>
+      h("option", { value, selected: value === needs }, label)));
+    const go = () => {
+      const query = new URLSearchParams();
+      if (box.value.trim()) query.set("q", box.value.trim());
+      if (filter.value) query.set("needs", filter.value);
+      location.hash = "#/people" + (query.toString() ? "?" + query : "");
+    };
+    filter.addEventListener("change", go);
+    const form = h("form", { class: "row", role: "search", onsubmit: (e) => { e.preventDefault(); go(); } },
+      h("label", { for: "q" }, "Find a person"), box,
+      h("label", { for: "needs" }, "with"), filter,
+      h("button", { type: "submit" }, "Search"));
     const list = h("ul", { class: "list", "aria-label": "People" });
     show("People", h("h1", {}, "People"), form, list);
-    const page = await get("/users?limit=100" + (q ? "&q=" + encodeURIComponent(q) : ""));
-    if (!page.items.length) list.append(h("li", {}, q ? "Nobody matches." : "Nobody yet."));
+    const query = new URLSearchParams({ limit: "100" });
+    if (q) query.set("q", q);
+    if (needs) query.set("needs", needs);
+    const page = await get("/users?" + query);
+    if (!page.items.length) list.append(h("li", {}, q || needs ? "Nobody matches." : "Nobody yet."));
     for (const person of page.items) {
       list.append(h("li", {},
         h("a", { href: `#/people/${person.id}` }, person.display_name || "(no name)"), " ",
@@ -229,6 +244,7 @@
     const timeline = h("section", {}, h("h2", {}, "Archive"));
     const profile = h("section", {}, h("h2", {}, "Profile"));
     const lookups = h("section", {}, h("h2", {}, "Looked up by the assistant"));
+    const people = h("section", {}, h("h2", {}, "Identities"), identities(person), merging(person));
     const danger = h("section", {}, h("h2", {}, "Erase"),
       h("p", {}, "Everything of this person: messages, archive, profile, files and jobs."),
       action("Erase this person", async () => {
@@ -237,13 +253,44 @@
         say(`Erased: ${erased.messages} messages, ${erased.chunks} archive rows.`);
         location.hash = "#/people";
       }, "danger"));
-    body.append(search, timeline, profile, lookups, danger);
+    body.append(search, timeline, profile, lookups, people, danger);
     searchBox(search, person, conversation);
     await Promise.all([
       archive(timeline, conversation),
       profileLines(profile, person),
       lookupList(lookups, conversation),
     ]);
+  }
+
+  // Each channel the person is known on; one may leave (unlink) for a person of its own.
+  function identities(person) {
+    return h("ul", { class: "list" }, person.identities.map((i) => h("li", { "data-identity": i.id },
+      `${i.channel} · ${i.display_name || i.external_id} (${i.external_id}) `,
+      person.identities.length > 1 ? action("Unlink", async () => {
+        if (!confirm(`Make ${i.channel} ${i.external_id} a person of its own? The history stays here.`)) return;
+        await api("DELETE", `/identities/${i.id}`);
+        say("Unlinked.");
+        route();
+      }) : null)));
+  }
+
+  // Another person found by name becomes part of this one, as /link does.
+  function merging(person) {
+    const box = h("input", { id: "merge-q", type: "search" });
+    const found = h("ul", { class: "list", "aria-label": "People to merge" });
+    return h("div", {}, h("form", { class: "row", onsubmit: async (e) => {
+      e.preventDefault();
+      const page = await get(`/users?limit=20&q=${encodeURIComponent(box.value)}`);
+      found.replaceChildren(...page.items.filter((p) => p.id !== person.id).map((other) => h("li", {},
+        other.display_name || "(no name)", " ", identityBadges(other), " ",
+        action(`Merge ${other.display_name} into ${person.display_name}`, async () => {
+          if (!confirm(`Make ${other.display_name} part of ${person.display_name}? Their conversations become one.`)) return;
+          await api("POST", `/users/${person.id}/merge`, { other_user_id: other.id });
+          say("Merged.");
+          route();
+        }))));
+    } }, h("label", { for: "merge-q" }, "Merge another person into this one"), box,
+      h("button", { type: "submit" }, "Find")), found);
   }
 
   function searchBox(section, person, conversation) {
@@ -355,6 +402,81 @@
       : h("p", {}, "None."));
   }
 
+  // -- health and charts -----------------------------------------------------------------
+
+  async function healthPage() {
+    const stats = await get("/stats?days=30");
+    const channels = h("section", {}, h("h2", {}, "Channels"), h("table", {},
+      h("thead", {}, h("tr", {}, ["Channel", "On", "Last heard", "Last sent", "Connection held by"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, stats.channels.map((c) => h("tr", { "data-channel": c.channel },
+        h("th", { scope: "row" }, c.channel),
+        h("td", {}, c.enabled ? "yes" : "no"),
+        h("td", {}, c.last_inbound_at ? when(c.last_inbound_at) : "never"),
+        h("td", {}, c.last_sent_at ? when(c.last_sent_at) : "never"),
+        h("td", {}, c.leader ? (c.leader === stats.replica ? "this replica" : c.leader) : "—"))))));
+    const waiting = stats.archive.oldest_waiting;
+    const archive = h("section", {}, h("h2", {}, "Archive"), h("p", {},
+      Object.entries(stats.archive.chunks).map(([state, n]) => `${n} ${state}`).join(" · ") || "no chunks",
+      ` · ${stats.archive.to_extract} waiting for fact extraction · `,
+      waiting ? `oldest summary waiting since ${when(waiting)}` : "no summary waiting"));
+    const days = [...new Set(stats.messages_per_day.map((d) => d.day))];
+    const names = [...new Set(stats.messages_per_day.map((d) => d.channel))];
+    const count = (day, channel) => (stats.messages_per_day.find((d) => d.day === day && d.channel === channel) || { messages: 0 }).messages;
+    const traffic = h("section", {}, h("h2", {}, "Messages per day"),
+      chart("Messages per day, by channel", days, names.map((n) => ({ name: n, values: days.map((d) => count(d, n)) })), null));
+    const prompt = stats.prompt_tokens_per_day;
+    const bounded = h("section", {}, h("h2", {}, "Prompt tokens per turn"),
+      h("p", { class: "muted" }, `The prompt may never pass ${stats.prompt_limit.toLocaleString()} tokens; memory keeps it well below.`),
+      chart("Prompt tokens per turn, by day", prompt.map((d) => d.day),
+        [{ name: "mean", values: prompt.map((d) => d.mean) }, { name: "largest", values: prompt.map((d) => d.largest) }],
+        stats.prompt_limit));
+    show("Health", h("h1", {}, "Health"), channels, archive, traffic, bounded);
+  }
+
+  // A bar chart drawn as SVG from numbers (series side by side per day), with the same
+  // numbers as a table for screen readers and copying. `limit`: a line not to cross.
+  function chart(title, labels, series, limit) {
+    if (!labels.length) return h("p", {}, "No data yet.");
+    const NS = "http://www.w3.org/2000/svg";
+    const svg = (tag, attrs) => {
+      const el = document.createElementNS(NS, tag);
+      for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+      return el;
+    };
+    const width = 640, height = 200, left = 48, bottom = 24;
+    const top = Math.max(1, limit || 0, ...series.flatMap((s) => s.values));
+    const slot = (width - left) / labels.length;
+    const bar = Math.min(28, Math.max(1, slot / (series.length + 1)));
+    const colours = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626"];
+    const y = (v) => (height - bottom) * (1 - v / top);
+    const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": title, class: "chart" });
+    root.append(svg("line", { x1: left, x2: width, y1: height - bottom, y2: height - bottom, stroke: "currentColor", "stroke-opacity": 0.4 }));
+    const scale = svg("text", { x: 0, y: 12, "font-size": 11, fill: "currentColor" });
+    scale.textContent = top.toLocaleString();
+    root.append(scale);
+    series.forEach((s, i) => s.values.forEach((v, j) => {
+      const rect = svg("rect", { x: left + j * slot + i * bar, y: y(v), width: bar * 0.9, height: Math.max(0, height - bottom - y(v)), fill: colours[i % colours.length] });
+      const tip = svg("title", {});
+      tip.textContent = `${labels[j]} · ${s.name}: ${v}`;
+      rect.append(tip);
+      root.append(rect);
+    }));
+    if (limit) {
+      root.append(svg("line", { x1: left, x2: width, y1: y(limit), y2: y(limit), stroke: "#dc2626", "stroke-dasharray": "4 3" }));
+    }
+    [0, labels.length - 1].forEach((j) => {
+      const t = svg("text", { x: left + j * slot, y: height - 6, "font-size": 11, fill: "currentColor" });
+      t.textContent = labels[j];
+      root.append(t);
+    });
+    const legend = h("p", { class: "legend" }, series.map((s, i) =>
+      h("span", { class: "badge", style: null, "data-colour": i }, s.name)));
+    const table = h("details", {}, h("summary", {}, "As a table"), h("table", {},
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Day"), series.map((s) => h("th", { scope: "col" }, s.name)))),
+      h("tbody", {}, labels.map((label, j) => h("tr", {}, h("th", { scope: "row" }, label), series.map((s) => h("td", {}, String(s.values[j]))))))));
+    return h("figure", {}, root, h("figcaption", {}, title), legend, table);
+  }
+
   // -- routing --------------------------------------------------------------------
 
   async function route() {
@@ -363,6 +485,7 @@
     const parts = path.split("/").filter(Boolean);
     try {
       if (parts[0] === "operations") await operationsPage();
+      else if (parts[0] === "health") await healthPage();
       else if (parts[0] === "people" && parts[1]) await personPage(parts[1], parts[2] === "memory" ? "memory" : "conversation", params);
       else await peoplePage(params);
     } catch (err) {

@@ -1,0 +1,101 @@
+"""How the gateway is doing: channels, the archive's backlog, and the daily numbers the
+dashboard charts (messages per channel; the prompt's size, to see memory keep it bounded)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+
+from gateway.http.deps import ServicesDep
+from gateway.http.problems import responses
+
+router = APIRouter(tags=["operations"])
+LEADER = "leader:"
+
+
+class ChannelOut(BaseModel):
+    channel: str
+    enabled: bool
+    last_inbound_at: datetime | None
+    last_sent_at: datetime | None
+    # The replica holding the channel's connection, where only one may (Discord).
+    leader: str | None
+
+
+class ArchiveOut(BaseModel):
+    chunks: dict[str, int]
+    to_extract: int
+    # When the oldest chunk still waiting for its summary was cut; None: none waits.
+    oldest_waiting: datetime | None
+
+
+class DayCountOut(BaseModel):
+    day: str
+    channel: str
+    messages: int
+
+
+class DayPromptOut(BaseModel):
+    day: str
+    turns: int
+    mean: int
+    largest: int
+
+
+class StatsOut(BaseModel):
+    replica: str  # this replica's name in leases
+    channels: list[ChannelOut]
+    archive: ArchiveOut
+    messages_per_day: list[DayCountOut]
+    prompt_tokens_per_day: list[DayPromptOut]
+    # What a prompt may never exceed (the context window less the reply's room).
+    prompt_limit: int
+
+
+@router.get("/stats", responses=responses(422))
+async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)] = 30) -> StatsOut:
+    """Channels with when they last heard and sent; the archive's backlog; per UTC day
+    over the last `days`, messages by channel and the prompt tokens of model replies
+    (estimated when the reply was written: mean and largest)."""
+    repos = services.repos
+    now = services.clock.now()
+    since = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    seen = {c.channel: c for c in await repos.stats.channels()}
+    # A singleton is named for its channel first: "discord-gateway", "telegram-polling".
+    leaders = {
+        lease.name.removeprefix(LEADER).split("-", 1)[0]: lease.holder
+        for lease in await repos.stats.leases(LEADER)
+        if lease.expires_at > now
+    }
+    enabled = {connector.channel for connector in services.connectors}
+    backlog = await services.archive.backlog()
+    return StatsOut(
+        replica=repos.leases.holder,
+        channels=[
+            ChannelOut(
+                channel=channel,
+                enabled=channel in enabled,
+                last_inbound_at=seen[channel].last_inbound_at if channel in seen else None,
+                last_sent_at=seen[channel].last_sent_at if channel in seen else None,
+                leader=leaders.get(channel),
+            )
+            for channel in sorted(enabled | seen.keys())
+        ],
+        archive=ArchiveOut(
+            chunks={state.value: n for state, n in backlog.chunks.items()},
+            to_extract=backlog.to_extract,
+            oldest_waiting=backlog.oldest_waiting,
+        ),
+        messages_per_day=[
+            DayCountOut(day=d.day, channel=d.channel, messages=d.messages)
+            for d in await repos.stats.messages_per_day(since)
+        ],
+        prompt_tokens_per_day=[
+            DayPromptOut(day=d.day, turns=d.turns, mean=d.mean, largest=d.largest)
+            for d in await repos.stats.prompt_per_day(since)
+        ],
+        prompt_limit=services.settings.llm_context_tokens - services.settings.llm_max_reply_tokens,
+    )
