@@ -218,6 +218,13 @@ async def test_a_new_message_appears_live_also_after_the_socket_came_back(
         line.up = True
         await expect(page.locator("#live")).to_have_text("live")
         await expect(messages.filter(has_text="said while the socket was down")).to_have_count(1)
+
+        # An operator writes in: labelled as such, stored, delivered on Telegram.
+        await page.get_by_label("Message from an operator").fill("An operator here: all fine?")
+        await page.get_by_role("button", name="Send").click()
+        sent = messages.filter(has_text="An operator here: all fine?")
+        await expect(sent).to_contain_text("[source: operator via REST]")
+        await p.tg.wait_until(lambda f: "An operator here: all fine?" in f.texts(300))
         seqs = await messages.evaluate_all("els => els.map(e => Number(e.dataset.seq))")
 
     assert seqs == sorted(set(seqs))  # in order, none twice
