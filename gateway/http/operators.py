@@ -53,13 +53,13 @@ class OperatorAuth:
     async def sign_in(self, request: Request, response: Response, given: str) -> Operator:
         """Check the admin token and set the session cookie on `response`."""
         self.sign_ins.take(request.client.host if request.client else "")
-        expected = self._expected()
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise ApiError(401, "that is not the admin token")
         if request.url.scheme != "https" and request.url.hostname not in LOOPBACK:
             raise ApiError(
                 400, "sign in over HTTPS: the session cookie is never sent in clear text"
             )
+        expected = self._expected()
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise ApiError(401, "that is not the admin token")
         token = secrets.token_urlsafe(32)
         await self._sessions.open(
             _hash(token), self._admin_key(expected), now=self._clock.now(), ttl=SESSION_TTL
