@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.http.deps import OperatorsDep, ServicesDep
-from gateway.http.operators import CSRF_HEADER, OperatorAuth
+from gateway.http.operators import OperatorAuth
 from gateway.http.problems import ApiError, responses
 from gateway.turns.hub import DeltaEvent, Event, Typing
 
@@ -83,7 +83,7 @@ async def dashboard(request: Request, operators: OperatorsDep) -> Response:
     operator = await operators.operator(request)
     if operator is None:
         return RedirectResponse("/admin/signin", status_code=status.HTTP_303_SEE_OTHER)
-    return _page("admin.html", csrf=operator.csrf, csrf_header=CSRF_HEADER)
+    return _page("admin.html", csrf=operator.csrf)
 
 
 @router.get("/admin/static/{name}")
