@@ -31,6 +31,8 @@ SEARCH_CANDIDATES = 40
 RETIRED_FACTS = 20
 # A message hit up to this long is shown whole rather than as a snippet.
 WHOLE_MESSAGE_CHARS = 400
+# A message read longer than this is cut (the answer's budget is about 4 characters a token).
+BLOCK_CHARS = 3000
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +178,10 @@ def _message_hit(hit: SearchHit, message: StoredMessage, chunk: int | None) -> s
 def _block(message: StoredMessage, tz: tzinfo) -> str:
     when = message.sent_at.astimezone(tz)
     head = f"#{message.seq} · {when:%Y-%m-%d %H:%M} · {message.channel} · {speaker(message)}"
-    return f"{head}\n{escape_typed(message.text)}"
+    text = message.text
+    if len(text) > BLOCK_CHARS:  # one long message must not blow the answer's budget
+        text = f"{text[:BLOCK_CHARS]}… ({len(text) - BLOCK_CHARS} more characters)"
+    return f"{head}\n{escape_typed(text)}"
 
 
 def _centre(messages: Sequence[StoredMessage], around: str | None) -> int | None:

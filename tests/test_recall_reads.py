@@ -110,3 +110,20 @@ async def test_retired_facts_are_a_persons_and_no_groups(world: World) -> None:
     assert f"likes {MARKER} soup very much" in ana
     assert "no retired facts" in group
     assert "No retired fact" in bo
+
+
+async def test_one_very_long_message_does_not_blow_the_budget(world: World) -> None:
+    conversation = world.bo.conversation_id
+    long = await world.say(conversation, world.bo.identity_id, "discord", "lorem " * 5000)
+    await world.archive_all(conversation)
+    row = next(
+        c
+        for c in await world.archive.chunks(conversation)
+        if c.level == 0 and c.seq_start <= long.seq <= c.seq_end
+    )
+
+    window = await _recall(world).read(_bo(world), row.id, around=str(long.seq))
+
+    assert f"#{long.seq} · " in window
+    assert "more characters)" in window
+    assert estimate_tokens(window) <= ANSWER_TOKENS
