@@ -86,7 +86,7 @@
       isOpen = true;
       input.focus();
       start();
-      markSeen();
+      refreshUnread();
     } else if (type === "parley:close") {
       isOpen = false;
     } else if (type === "parley:identify") {
@@ -96,7 +96,7 @@
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape") tellHost("parley:close", {});
   });
-  document.addEventListener("visibilitychange", markSeen);
+  document.addEventListener("visibilitychange", refreshUnread);
 
   // The site's user: their own conversation from now on (the token is kept like ours).
   // A connection starting meanwhile waits for it, so it never starts as a stranger.
@@ -176,7 +176,7 @@
     lastSeq = Math.max(lastSeq, seq);
     log.scrollTop = log.scrollHeight;
     tellHost("parley:event", { event: "message", data: { seq, role } });
-    counted();
+    refreshUnread();
   }
 
   function stored(clientId, seq) {
@@ -203,17 +203,13 @@
     clearTimeout(typingTimer);
   }
 
-  // What the visitor has read: everything, while the chat is open in a visible page.
-  function markSeen() {
+  // What the visitor has read (everything, while the chat is open in a visible page)
+  // goes to the server; the rest is the launcher's unread count.
+  function refreshUnread() {
     if (isOpen && document.visibilityState === "visible" && lastSeq > seenSeq) {
       seenSeq = lastSeq;
       if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "seen", seq: seenSeq }));
     }
-    counted();
-  }
-
-  function counted() {
-    if (isOpen && document.visibilityState === "visible" && lastSeq > seenSeq) return markSeen();
     const count = [...shown.entries()].filter(([s, el]) => s > seenSeq && "other" in el.dataset).length;
     if (count !== unread) tellHost("parley:unread", { count });
     unread = count;
@@ -243,7 +239,7 @@
         status.textContent = "online";
         backoff = 500;
         seenSeq = Math.max(seenSeq, f.seen_seq);
-        markSeen();
+        refreshUnread();
       } else if (f.type === "message") show(f);
       else if (f.type === "ack") stored(f.client_id, f.seq);
       else if (f.type === "typing") startTyping();

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import date
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -95,24 +94,49 @@ class _Arguments(BaseModel):
     # A model may add keys of its own; they are ignored, never an error.
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
+    async def run(self, recall: Recall, scope: Scope) -> str:
+        raise NotImplementedError
+
 
 class _Search(_Arguments):
     query: _Query
     start: date | None = Field(default=None, alias="from")
     end: date | None = Field(default=None, alias="to")
 
+    async def run(self, recall: Recall, scope: Scope) -> str:
+        return await recall.search(scope, self.query, self.start, self.end)
+
 
 class _Expand(_Arguments):
     row_id: int = Field(ge=1)
+
+    async def run(self, recall: Recall, scope: Scope) -> str:
+        return await recall.expand(scope, self.row_id)
 
 
 class _Read(_Arguments):
     chunk_id: int = Field(ge=1)
     around: str | int | None = None
 
+    async def run(self, recall: Recall, scope: Scope) -> str:
+        around = None if self.around is None else str(self.around)
+        return await recall.read(scope, self.chunk_id, around)
+
 
 class _RetiredFacts(_Arguments):
     query: _Query
+
+    async def run(self, recall: Recall, scope: Scope) -> str:
+        return await recall.retired_facts(scope, self.query)
+
+
+# Each tool's arguments, which know what to read.
+_ARGUMENTS: dict[str, type[_Arguments]] = {
+    "archive_search": _Search,
+    "archive_expand": _Expand,
+    "archive_read": _Read,
+    "retired_facts_search": _RetiredFacts,
+}
 
 
 class RecallTools:
@@ -125,18 +149,6 @@ class RecallTools:
         self._recall = recall
         self._lookups = lookups
         self._clock = clock
-        self._run: dict[str, Callable[[Scope, Any], Awaitable[str]]] = {
-            "archive_search": self._search,
-            "archive_expand": self._expand,
-            "archive_read": self._read,
-            "retired_facts_search": self._retired_facts,
-        }
-        self._shapes: dict[str, type[_Arguments]] = {
-            "archive_search": _Search,
-            "archive_expand": _Expand,
-            "archive_read": _Read,
-            "retired_facts_search": _RetiredFacts,
-        }
 
     async def call(self, scope: Scope, call: ToolCall) -> NewLookup:
         """Run one call; what the model reads back (an error it can act on, if the call
@@ -151,28 +163,15 @@ class RecallTools:
         await self._lookups.record(conversation_id, message_id, lookups, now=self._clock.now())
 
     async def _answer(self, scope: Scope, call: ToolCall) -> str:
-        run, shape = self._run.get(call.name), self._shapes.get(call.name)
-        if run is None or shape is None:
-            known = ", ".join(self._run)
+        shape = _ARGUMENTS.get(call.name)
+        if shape is None:
+            known = ", ".join(_ARGUMENTS)
             return answer(f"Error: there is no tool {call.name!r}; the tools are {known}.")
         try:
             arguments = shape.model_validate(json.loads(call.arguments or "{}"))
         except (ValueError, ValidationError) as exc:
             return answer(f"Error: the arguments of {call.name} are not valid: {_why(exc)}")
-        return await run(scope, arguments)
-
-    async def _search(self, scope: Scope, arguments: _Search) -> str:
-        return await self._recall.search(scope, arguments.query, arguments.start, arguments.end)
-
-    async def _expand(self, scope: Scope, arguments: _Expand) -> str:
-        return await self._recall.expand(scope, arguments.row_id)
-
-    async def _read(self, scope: Scope, arguments: _Read) -> str:
-        around = None if arguments.around is None else str(arguments.around)
-        return await self._recall.read(scope, arguments.chunk_id, around)
-
-    async def _retired_facts(self, scope: Scope, arguments: _RetiredFacts) -> str:
-        return await self._recall.retired_facts(scope, arguments.query)
+        return await arguments.run(self._recall, scope)
 
 
 def _why(exc: Exception) -> str:

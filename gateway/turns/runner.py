@@ -369,6 +369,7 @@ class TurnRunner:
         stay the same on every call; only the steps grow."""
         steps: list[ToolStep] = []
         lookups: list[NewLookup] = []
+        scope: Scope | None = None  # read once, at the turn's first call
         left = self._limits.max_tool_calls
         try:
             while True:
@@ -383,7 +384,8 @@ class TurnRunner:
                     if text:
                         break
                     return _Answer(TOOL_LIMIT_NOTICE, Role.EVENT, NOTICE_SOURCE)
-                step = await self._run_tools(state, calls[:left])
+                scope = scope or await self._scope(state)
+                step = await self._run_tools(scope, calls[:left])
                 lookups += step
                 left -= len(step)
                 refused = [_over_the_limit(call) for call in calls[len(step) :]]
@@ -414,12 +416,15 @@ class TurnRunner:
                 self._hub.publish(conversation_id, DeltaEvent(conversation_id, clean(piece)))
         return clean("".join(pieces)).strip(), calls
 
-    async def _run_tools(self, state: TurnState, calls: list[ToolCall]) -> list[NewLookup]:
-        assert self._recall is not None
+    async def _scope(self, state: TurnState) -> Scope:
+        """What the turn's tools may read: its conversation, and (personal) its person."""
         owner = (
             None if state.group else await self._conversations.personal_owner(state.conversation_id)
         )
-        scope = Scope(state.conversation_id, owner, state.timezone)
+        return Scope(state.conversation_id, owner, state.timezone)
+
+    async def _run_tools(self, scope: Scope, calls: list[ToolCall]) -> list[NewLookup]:
+        assert self._recall is not None
         done = []
         for call in calls:
             done.append(await self._recall.call(scope, call))

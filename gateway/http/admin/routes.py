@@ -42,8 +42,15 @@ class SignIn(BaseModel):
     token: str = Field(min_length=1, max_length=4096)
 
 
+# Read once: the files ship with the package and never change while it runs.
+_TEXTS = {
+    name: (STATIC / name).read_text(encoding="utf-8") for name in ("signin.html", "admin.html")
+}
+_FILES = {name: ((STATIC / name).read_bytes(), media) for name, media in FILES.items()}
+
+
 def _page(name: str, **values: str) -> HTMLResponse:
-    text = (STATIC / name).read_text(encoding="utf-8")
+    text = _TEXTS[name]
     for key, value in values.items():
         text = text.replace("{" + key + "}", html.escape(value))
     return HTMLResponse(
@@ -88,10 +95,10 @@ async def dashboard(request: Request, operators: OperatorsDep) -> Response:
 
 @router.get("/admin/static/{name}")
 async def static_file(name: str) -> Response:
-    media = FILES.get(name)
-    if media is None:
+    found = _FILES.get(name)
+    if found is None:
         raise ApiError(404, "no such file")
-    return Response((STATIC / name).read_bytes(), media_type=media)
+    return Response(found[0], media_type=found[1])
 
 
 @router.websocket("/admin/live")
