@@ -191,6 +191,9 @@ async def test_operations_approve_pairing_and_retry_a_failed_delivery(
             approved = await session.scalar(
                 select(PairingRequest.approved_at).where(PairingRequest.code == code)
             )
+    # With the gateway gone, the page says so (and throws nothing uncaught).
+    await page.get_by_role("button", name="Sign out").click()
+    await expect(page.locator("#toast")).to_have_text("The gateway did not answer. Is it running?")
 
     assert code not in waiting
     assert approved is not None

@@ -15,7 +15,7 @@
     const el = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs || {})) {
       if (value === undefined || value === null || value === false) continue;
-      if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+      if (key.startsWith("on")) el.addEventListener(key.slice(2), guarded(value));
       else el.setAttribute(key, value === true ? "" : String(value));
     }
     el.append(...children.flat().filter((c) => c !== null && c !== undefined));
@@ -28,12 +28,27 @@
     say.timer = setTimeout(() => { toast.textContent = ""; }, 5000);
   }
 
+  // An event handler whose failure is said in the toast, not left as an uncaught error.
+  function guarded(handler) {
+    return async (event) => {
+      try { await handler(event); } catch (err) { say(err.message); }
+    };
+  }
+
   function when(iso) {
     return new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
   }
 
   class Problem extends Error {
     constructor(status, message) { super(message); this.status = status; }
+  }
+
+  async function reach(url, init) {
+    try {
+      return await fetch(url, init);
+    } catch {
+      throw new Problem(0, "The gateway did not answer. Is it running?");
+    }
   }
 
   async function api(method, path, body, headers) {
@@ -44,7 +59,7 @@
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    const r = await fetch("/api/v1" + path, init);
+    const r = await reach("/api/v1" + path, init);
     if (r.status === 401) { location.assign("/admin/signin"); throw new Problem(401, "signed out"); }
     const data = r.status === 204 ? null : await r.json().catch(() => null);
     if (!r.ok) throw new Problem(r.status, (data && data.error && data.error.message) || r.statusText);
@@ -324,13 +339,13 @@
       (r.state !== "ready" ? ` · ${r.state}` : "");
     const inside = h("div", {});
     const details = h("details", { "data-chunk": r.id }, h("summary", {}, label), h("p", {}, r.summary || "(no summary yet)"), inside);
-    details.addEventListener("toggle", async () => {
+    details.addEventListener("toggle", guarded(async () => {
       if (!details.open || inside.childElementCount) return;
       const chunk = await get(`/chunks/${r.id}`);
       if (chunk.children.length) inside.append(h("ul", { class: "rows" }, chunk.children.map(row)));
       else if (chunk.transcript) inside.append(h("pre", { class: "transcript" }, chunk.transcript));
       else inside.append(h("p", { class: "muted" }, "No transcript."));
-    });
+    }));
     return h("li", {}, details);
   }
 
@@ -387,18 +402,18 @@
     const requests = (await get("/pairing")).items.filter((p) => !p.approved_at);
     pairing.append(requests.length ? h("ul", { class: "list" }, requests.map((p) => h("li", { "data-code": p.code },
       `${p.display_name || p.external_id} on ${p.channel} · code ${p.code} · asked ${when(p.created_at)} `,
-      action("Approve", async () => { await api("POST", `/pairing/${p.code}/approve`); say(`Approved ${p.code}.`); operationsPage(); }, "primary"),
-      action("Reject", async () => { await api("POST", `/pairing/${p.code}/reject`); say(`Rejected ${p.code}.`); operationsPage(); })))) : h("p", {}, "None waiting."));
+      action("Approve", async () => { await api("POST", `/pairing/${p.code}/approve`); say(`Approved ${p.code}.`); await operationsPage(); }, "primary"),
+      action("Reject", async () => { await api("POST", `/pairing/${p.code}/reject`); say(`Rejected ${p.code}.`); await operationsPage(); })))) : h("p", {}, "None waiting."));
     const failed = (await get("/deliveries?state=failed&limit=100")).items;
     deliveries.append(failed.length ? h("ul", { class: "list" }, failed.map((m) => h("li", { "data-message": m.id },
       `${m.channel} · #${m.seq} · ${when(m.created_at)} · `, h("span", { class: "badge bad" }, m.delivery_error || "refused"), " ",
       h("span", {}, m.text.slice(0, 120)), " ",
-      action("Retry", async () => { await api("POST", `/deliveries/${m.id}/retry`); say("Queued to be sent again."); operationsPage(); }))))
+      action("Retry", async () => { await api("POST", `/deliveries/${m.id}/retry`); say("Queued to be sent again."); await operationsPage(); }))))
       : h("p", {}, "None."));
     const stuck = (await get("/jobs?state=failed&limit=100")).items;
     jobs.append(stuck.length ? h("ul", { class: "list" }, stuck.map((j) => h("li", {},
       `${j.kind} · ${j.attempts} attempts · `, h("span", { class: "muted" }, j.last_error || ""), " ",
-      action("Retry now", async () => { await api("POST", `/jobs/${encodeURIComponent(j.id)}/retry`); say("Retrying."); operationsPage(); }))))
+      action("Retry now", async () => { await api("POST", `/jobs/${encodeURIComponent(j.id)}/retry`); say("Retrying."); await operationsPage(); }))))
       : h("p", {}, "None."));
   }
 
@@ -493,10 +508,10 @@
     }
   }
 
-  document.getElementById("signout").addEventListener("click", async () => {
-    await fetch("/admin/session", { method: "DELETE", headers: { "X-CSRF-Token": CSRF } });
+  document.getElementById("signout").addEventListener("click", guarded(async () => {
+    await reach("/admin/session", { method: "DELETE", headers: { "X-CSRF-Token": CSRF } });
     location.assign("/admin/signin");
-  });
+  }));
   window.addEventListener("hashchange", route);
   route();
 })();
