@@ -4,9 +4,11 @@ streams, acknowledges and resumes."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -86,23 +88,74 @@ async def test_chunked_oversized_body_is_refused(
         assert await gw.history(token) == []
 
 
-async def test_history_pages_by_seq(database_url: str, tmp_path: Path, llm: FakeLLM) -> None:
+async def test_history_pages_by_seq_either_way(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         token, _ = await gw.visitor()
-        for text in ("one", "two"):
+        for text in ("one", "two", "three"):
             await gw.send(token, text)
-        response = await gw.http.get(
-            "/webchat/messages",
-            params={"after_seq": 1, "limit": 2},
-            headers={"Authorization": f"Bearer {token}"},
-        )
-        assert [m["seq"] for m in response.json()["messages"]] == [2, 3]
-        bad = await gw.http.get(
-            "/webchat/messages",
-            params={"after_seq": -1},
-            headers={"Authorization": f"Bearer {token}"},
-        )
-        assert bad.status_code == 422
+        auth = {"Authorization": f"Bearer {token}"}
+
+        async def get(**params: int) -> httpx.Response:
+            return await gw.http.get("/webchat/messages", params=params, headers=auth)
+
+        async def seqs(**params: int) -> list[int]:
+            response = await get(**params)
+            assert response.status_code == 200, response.text
+            return [m["seq"] for m in response.json()["messages"]]
+
+        assert await seqs(after_seq=1, limit=2) == [2, 3]
+        assert await seqs(before_seq=5, limit=2) == [3, 4]  # the newest before 5, oldest first
+        assert await seqs(before_seq=3, limit=10) == [1, 2]
+        assert await seqs(before_seq=1) == []
+        both = await get(after_seq=1, before_seq=4)
+        assert both.status_code == 422
+        assert "not both" in both.text
+        assert (await get(after_seq=-1)).status_code == 422
+        assert (await get(before_seq=0)).status_code == 422
+
+
+async def test_a_socket_asking_for_recent_history_gets_the_newest_and_every_unread_one(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        for n in range(6):
+            await gw.send(token, f"message {n}")  # seqs 1 to 12, with the replies
+        markers = itertools.count()
+
+        async def resumed(frame: dict[str, int], *, seen: int | None = None) -> list[int]:
+            """The seqs a socket sends for `frame`, up to the next live message."""
+            async with gw.socket(token) as ws:
+                if seen is not None:
+                    await ws.send(json.dumps({"type": "seen", "seq": seen}))
+                await ws.send(json.dumps({"type": "resume"} | frame))
+                # A message of our own marks where the replay ended: it is the next seq.
+                marker = f"marker {next(markers)}"
+                await ws.send(json.dumps({"type": "message", "text": marker}))
+                got: list[int] = []
+                while True:
+                    sent = await next_frame(ws, "message")
+                    if sent["text"] == marker:
+                        break
+                    got.append(sent["seq"])
+                await next_frame(ws, "message")  # its reply, so nothing is left running
+            return got
+
+        # Read up to 4: everything unread comes, though more than the 4 recent ones.
+        unread = await resumed({"after_seq": 0, "recent": 4}, seen=4)
+        # All read (the marker and its reply too): only the 4 newest.
+        read = await resumed({"after_seq": 0, "recent": 4}, seen=14)
+        # Never what the client already has.
+        after = await resumed({"after_seq": 15, "recent": 4})
+        # Without `recent`: everything after `after_seq`, as before.
+        everything = await resumed({"after_seq": 0})
+
+    assert unread == list(range(5, 13))
+    assert read == [11, 12, 13, 14]
+    assert after == [16]
+    assert everything == list(range(1, 19))
 
 
 async def test_socket_acks_streams_and_delivers_the_reply(

@@ -137,6 +137,50 @@ async def test_reload_shows_the_history_once_and_in_order(
         assert len(llm.requests) == 3
 
 
+async def test_a_long_history_opens_at_the_newest_and_reads_back_on_request(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await open_chat(page, gw.url)
+        token = await stored_token(page)
+        for n in range(60):
+            await gw.send(token, f"message {n}")  # 120 messages, seen live by the page
+        await expect(page.locator("#log .msg")).to_have_count(120)
+
+        await page.reload()
+        await expect(page.locator("#status")).to_have_text("online")
+        newest = [str(seq) for seq in range(71, 121)]
+        await expect(page.locator("#log .msg")).to_have_count(50)
+        assert [b[0] for b in await bubbles(page)] == newest
+        earlier = page.get_by_role("button", name="Earlier messages")
+
+        async def top_of(seq: int) -> float:
+            where: float = await page.locator(f'#log [data-seq="{seq}"]').evaluate(
+                "el => el.getBoundingClientRect().top"
+            )
+            return where
+
+        async def read_back(count: int) -> tuple[float, float]:
+            """Scroll to the top, press the button: where the first message was and is."""
+            first = int((await bubbles(page))[0][0])
+            await page.locator("#log").evaluate(
+                "log => log.scrollTo({ top: 0, behavior: 'instant' })"
+            )
+            before = await top_of(first)
+            await earlier.click()
+            await expect(page.locator("#log .msg")).to_have_count(count)
+            return before, await top_of(first)
+
+        pages = [await read_back(100), await read_back(120)]
+        assert [b[0] for b in await bubbles(page)] == [str(seq) for seq in range(1, 121)]
+        await expect(earlier).to_be_hidden()  # nothing is older than seq 1
+        await send_from_page(page, "still live")
+        await expect(page.locator("#log .msg").last).to_have_text("reply 61")
+    # What the visitor was looking at stayed put while older messages went in above it.
+    for before, after in pages:
+        assert abs(before - after) <= 1, pages
+
+
 async def test_messages_from_another_client_show_up_live(
     database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
 ) -> None:

@@ -17,7 +17,7 @@ from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors
 from gateway.channels.port import Capabilities, Gateway, Pace
-from gateway.errors import AuthError
+from gateway.errors import AuthError, InputError
 from gateway.http.wire import MessageOut
 from gateway.messages import ChatRef, Outbound
 from gateway.secrets import signing_key
@@ -154,12 +154,19 @@ def _router(visitors: Visitors) -> APIRouter:
     @router.get("/webchat/messages")
     async def history(
         visitor: CurrentVisitor,
-        after_seq: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
+        after_seq: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
+        before_seq: Annotated[int | None, Query(ge=1, le=MAX_INT64)] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 100,
     ) -> HistoryOut:
-        messages = await visitors.gateway.history(
-            visitor.identity.conversation_id, after_seq, limit
-        )
+        """The messages after `after_seq` (default: from the first) or, with `before_seq`,
+        the newest ones before it; oldest first either way."""
+        conversation = visitor.identity.conversation_id
+        if before_seq is None:
+            messages = await visitors.gateway.history(conversation, after_seq or 0, limit)
+        elif after_seq is None:
+            messages = await visitors.gateway.earlier(conversation, before_seq, limit)
+        else:
+            raise InputError("give `after_seq` or `before_seq`, not both")
         return HistoryOut(messages=[MessageOut.of(m) for m in messages])
 
     @router.websocket("/webchat/ws")

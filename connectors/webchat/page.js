@@ -9,6 +9,17 @@
   const pending = new Map();  // client_id -> { text, el }, until the server has stored it
   let lastSeq = 0, seenSeq = 0, unread = -1, socket = null, draft = null, backoff = 500;
   let started = false, typingTimer = 0;
+  // History opens at the newest RECENT messages (and any unread); older pages of PAGE are
+  // read when the visitor asks, with the button above them. (Not on scrolling to the top:
+  // a log still filling up would read pages nobody asked for, and jump.)
+  const RECENT = 50, PAGE = 50;
+  let firstSeq = 0, reachedStart = false, loadingEarlier = false;
+  const earlier = document.createElement("button");
+  earlier.type = "button";
+  earlier.className = "earlier";
+  earlier.textContent = "Earlier messages";
+  earlier.hidden = true;
+  log.prepend(earlier);
 
   // In the widget's frame: the page that framed us, if it is one of the allowed origins
   // the server lists, may open, focus and close the chat and identify its user; we tell it
@@ -148,9 +159,10 @@
     log.scrollTop = log.scrollHeight;
   }
 
-  function show(m) {
+  // `older`: read back on demand, placed above what is shown without scrolling or noise.
+  function show(m, older) {
     if (shown.has(m.seq)) return;
-    if (m.role !== "user") { stopTyping(); if (draft) { draft.remove(); draft = null; } }
+    if (m.role !== "user" && !older) { stopTyping(); if (draft) { draft.remove(); draft = null; } }
     const el = bubble(m.role);
     el.dataset.seq = m.seq;
     if (m.role === "assistant") el.append(window.ParleyMarkdown.render(m.text));
@@ -163,21 +175,50 @@
     }
     // Unread if the visitor did not write it here themselves.
     if (m.role !== "user" || m.channel !== "webchat") el.dataset.other = "";
-    place(el, m.seq, m.role);
+    place(el, m.seq, m.role, older);
   }
 
   // Keep seq order even if a message arrives late; unsent messages stay last.
-  function place(el, seq, role) {
+  function place(el, seq, role, older) {
     const later = [...shown.entries()].filter(([s]) => s > seq).sort((a, b) => a[0] - b[0])[0];
     const firstPending = [...pending.values()].find((p) => p.el !== el && p.el.isConnected);
     if (later) log.insertBefore(el, later[1]);
     else if (firstPending) log.insertBefore(el, firstPending.el);
     shown.set(seq, el);
     lastSeq = Math.max(lastSeq, seq);
+    firstSeq = firstSeq ? Math.min(firstSeq, seq) : seq;
+    earlier.hidden = reachedStart || firstSeq <= 1;
+    if (older) return;
     log.scrollTop = log.scrollHeight;
     tellHost("parley:event", { event: "message", data: { seq, role } });
     refreshUnread();
   }
+
+  // One page of the messages before the first one shown, keeping the view where it was.
+  async function loadEarlier() {
+    if (loadingEarlier || earlier.hidden) return;
+    loadingEarlier = true;
+    try {
+      const r = await fetch(`/webchat/messages?before_seq=${firstSeq}&limit=${PAGE}`, {
+        headers: { Authorization: "Bearer " + (await token()) },
+      });
+      if (!r.ok) throw new Error("earlier messages could not be read");
+      const { messages } = await r.json();
+      const fromBottom = log.scrollHeight - log.scrollTop;
+      log.setAttribute("aria-busy", "true");  // not announced as if new
+      if (messages.length < PAGE) reachedStart = true;
+      messages.forEach((m) => show(m, true));
+      earlier.hidden = reachedStart || firstSeq <= 1;
+      if (earlier.hidden && document.activeElement === earlier) log.focus();
+      log.scrollTo({ top: log.scrollHeight - fromBottom, behavior: "instant" });
+      log.removeAttribute("aria-busy");
+    } catch (err) {
+      note(err.message);
+    } finally {
+      loadingEarlier = false;
+    }
+  }
+  earlier.addEventListener("click", loadEarlier);
 
   function stored(clientId, seq) {
     const p = pending.get(clientId);
@@ -229,7 +270,10 @@
     ws.onopen = () => {
       // The token travels in the first frame, never in the URL (which servers log).
       ws.send(JSON.stringify({ type: "auth", token: t }));
-      ws.send(JSON.stringify({ type: "resume", after_seq: lastSeq }));
+      // A first connection asks for the recent history only; a later one for all it missed.
+      const resume = { type: "resume", after_seq: lastSeq };
+      if (lastSeq === 0) resume.recent = RECENT;
+      ws.send(JSON.stringify(resume));
       // Messages the last socket may not have delivered: the server stores each once.
       for (const [id, p] of pending) ws.send(JSON.stringify({ type: "message", text: p.text, client_id: id }));
     };
@@ -272,9 +316,11 @@
   // Messages not yet stored stay, to be sent there.
   function forget() {
     store.clear();
-    log.replaceChildren(...[...pending.values()].map((p) => p.el));
+    log.replaceChildren(earlier, ...[...pending.values()].map((p) => p.el));
     shown.clear();
-    lastSeq = seenSeq = 0;
+    lastSeq = seenSeq = firstSeq = 0;
+    reachedStart = false;
+    earlier.hidden = true;
     draft = null;
   }
 

@@ -48,11 +48,17 @@ class SendFrame(SendIn):
     type: Literal["message"]
 
 
+MAX_RECENT = 200
+
+
 class ResumeFrame(BaseModel):
     model_config = _STRICT
 
     type: Literal["resume"]
     after_seq: int = Field(ge=0, le=MAX_INT64)
+    # Of what follows `after_seq`, send only the newest `recent` messages (and any the
+    # person has not read); older ones are read on demand, `GET /webchat/messages?before_seq=`.
+    recent: int | None = Field(default=None, ge=1, le=MAX_RECENT)
 
 
 class SeenFrame(BaseModel):

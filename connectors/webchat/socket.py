@@ -21,9 +21,13 @@ from gateway.channels.port import StoredMessage
 from gateway.errors import AccessRefused, AuthError, InputError, RateLimited
 from gateway.http.errors import validation_errors
 from gateway.http.wire import MessageOut
+from gateway.text import MAX_INT64
 from gateway.turns.hub import DeltaEvent, Event, MessageEvent, Overflow, Stored, Typing
 
 CATCH_UP_PAGE = 200
+# A resume asking for only the recent messages still gets every unread one, this far back:
+# the launcher's unread count is then right for any absence shorter than that.
+UNREAD_WINDOW = 500
 # How long a socket opened without `?token=` has to send its `auth` frame.
 AUTH_WAIT_SECONDS = 10
 # Close codes: the 4000s mirror the HTTP status a request would have got.
@@ -38,6 +42,7 @@ class _Outbox:
         self._ws = websocket
         self._gateway = visitors.gateway
         self._conversation = visitor.identity.conversation_id
+        self._identity = visitor.identity
         self._lock = asyncio.Lock()
         self._sent_seq: int | None = None
 
@@ -48,10 +53,29 @@ class _Outbox:
     async def error(self, code: str, detail: str, **extra: Any) -> None:
         await self.frame({"type": "error", "code": code, "detail": detail, **extra})
 
-    async def resume(self, after_seq: int) -> None:
+    async def resume(self, after_seq: int, recent: int | None = None) -> None:
         async with self._lock:
+            if recent is not None:
+                after_seq = await self._window_start(after_seq, recent)
             self._sent_seq = after_seq
             await self._catch_up()
+
+    async def _window_start(self, after_seq: int, recent: int) -> int:
+        """The seq to resume after so that the newest `recent` messages are sent, and before
+        them every one not yet read (up to UNREAD_WINDOW back), but nothing up to `after_seq`."""
+        newest = await self._gateway.earlier(self._conversation, MAX_INT64, recent)
+        if not newest or newest[0].seq <= after_seq + 1:
+            return after_seq
+        start = newest[0].seq - 1
+        seen = await self._gateway.seen(self._identity)
+        if seen < start:
+            before = await self._gateway.earlier(
+                self._conversation, newest[0].seq, UNREAD_WINDOW - recent
+            )
+            unread = [m.seq for m in before if m.seq > seen]
+            if unread:
+                start = unread[0] - 1
+        return max(after_seq, start)
 
     async def event(self, event: Event) -> None:
         async with self._lock:
@@ -181,7 +205,7 @@ async def _handle(raw: str, visitors: Visitors, visitor: Visitor, outbox: _Outbo
         await outbox.error("bad_frame", _reason(exc))
         return
     if isinstance(frame, ResumeFrame):
-        await outbox.resume(frame.after_seq)
+        await outbox.resume(frame.after_seq, frame.recent)
         return
     if isinstance(frame, SeenFrame):
         await visitors.gateway.mark_seen(visitor.identity, frame.seq)

@@ -203,6 +203,11 @@ class Core:
     ) -> list[StoredMessage]:
         return await self._messages.messages_after(conversation_id, after_seq, limit)
 
+    async def earlier(
+        self, conversation_id: uuid.UUID, before_seq: int, limit: int
+    ) -> list[StoredMessage]:
+        return await self._messages.messages_before(conversation_id, before_seq, limit)
+
     async def seen(self, identity: IdentityRef) -> int:
         return await self._identities.seen_seq(identity.identity_id)
 

@@ -115,7 +115,15 @@ class Gateway(Protocol):
 
     async def history(
         self, conversation_id: uuid.UUID, after_seq: int, limit: int
-    ) -> list[StoredMessage]: ...
+    ) -> list[StoredMessage]:
+        """Up to `limit` messages after `after_seq`, oldest first."""
+        ...
+
+    async def earlier(
+        self, conversation_id: uuid.UUID, before_seq: int, limit: int
+    ) -> list[StoredMessage]:
+        """The `limit` messages just before `before_seq`, oldest first."""
+        ...
 
     async def seen(self, identity: IdentityRef) -> int:
         """How far this identity has read its conversation (a seq; 0: nothing)."""
