@@ -3,17 +3,22 @@ time order that the next turn on either channel sees; bad codes, groups and `/un
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.profile.facts import Evidence, Fact
+from memory.profile.profiles import Profiles
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.linking import LinkStatus
 from memory.storage.messages import NewMessage
-from memory.storage.models import Chunk, Conversation, Delivery, Message, Role
+from memory.storage.models import Chunk, Conversation, Delivery, Message, Profile, Role, User
 from memory.storage.repositories import Repositories
 from memory.tokens import message_tokens
 from tests.fakes import graph_api as wa
@@ -50,6 +55,21 @@ def _code(answer: str) -> str:
     match = LINK_CODE.search(answer)
     assert match, answer
     return match.group(1)
+
+
+@contextlib.asynccontextmanager
+async def _storage(
+    database_url: str,
+) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], Repositories]]:
+    engine = create_engine(database_url)
+    try:
+        sessions = session_factory(engine)
+        yield (
+            sessions,
+            Repositories.open(sessions, count_tokens=message_tokens, now=lambda: datetime.now(UTC)),
+        )
+    finally:
+        await engine.dispose()
 
 
 async def test_after_linking_the_next_whatsapp_turn_sees_the_telegram_history(
@@ -145,12 +165,7 @@ async def test_unlink_gives_the_channel_a_conversation_of_its_own(
 async def test_a_merge_interleaves_by_arrival_keeps_replies_with_their_questions_and_drops_chunks(
     database_url: str,
 ) -> None:
-    engine = create_engine(database_url)
-    try:
-        sessions = session_factory(engine)
-        repos = Repositories.open(
-            sessions, count_tokens=message_tokens, now=lambda: datetime.now(UTC)
-        )
+    async with _storage(database_url) as (sessions, repos):
         t0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
         async def identity(channel: str, external: str) -> Any:
@@ -212,8 +227,6 @@ async def test_a_merge_interleaves_by_arrival_keeps_replies_with_their_questions
             survivor = await session.get(Conversation, a.conversation_id)
         ref = await identity("whatsapp", "2")
         turn = await repos.conversations.load_turn(a.conversation_id)
-    finally:
-        await engine.dispose()
 
     assert result.status is LinkStatus.LINKED
     assert result.survivor == a.conversation_id
@@ -236,3 +249,65 @@ async def test_a_merge_interleaves_by_arrival_keeps_replies_with_their_questions
     assert ref.conversation_id == a.conversation_id
     assert ref.user_id == a.user_id
     assert turn is None  # the /link message is the one being answered; nothing else owed
+
+
+async def test_a_merge_keeps_both_profiles_with_their_evidence_and_leaves_nobody_behind(
+    database_url: str,
+) -> None:
+    async with _storage(database_url) as (sessions, repos):
+        profiles = Profiles(sessions)
+        t0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+        people = [
+            await repos.identities.resolve_identity(
+                channel, external, display_name="Sam", timezone="UTC", now=t0
+            )
+            for channel, external in (("telegram", "1"), ("whatsapp", "2"))
+        ]
+        said: dict[str, Any] = {}
+        # Alternating, so the merge renumbers both: a0 b0 a1 b1 a2 b2.
+        for minute in range(6):
+            ref = people[minute % 2]
+            text = f"{'ab'[minute % 2]}{minute // 2}"
+            said[text], _ = await repos.messages.add_message(
+                ref.conversation_id,
+                NewMessage(Role.USER, "telegram", text, identity_id=ref.identity_id),
+                now=t0 + timedelta(minutes=minute),
+            )
+
+        def fact(line: str, *texts: str) -> Fact:
+            seqs = tuple(said[t].seq for t in texts)
+            return Fact(line, (Evidence(77, seqs, t0),))
+
+        a, b = (ref.user_id for ref in people)
+        await profiles.append(
+            a, [fact("has a cat", "a2"), fact("likes tea", "a0")], t0, chunk_id=None
+        )
+        await profiles.append(
+            b, [fact("lives in Oslo", "b1"), fact("Likes tea", "b2")], t0, chunk_id=None
+        )
+        await profiles.append(b, [fact("was 29", "b0")], t0, chunk_id=None)
+        await profiles.forget(b, "was 29", t0)  # a retired fact of the absorbed person
+        merged_now = t0 + timedelta(hours=1)
+        assert await repos.links.merge_users(a, b, now=merged_now)
+
+        merged = await profiles.get(a)
+        retired = await profiles.retired(a)
+        by_seq = {
+            m.seq: m.text
+            for m in await repos.messages.messages_after(people[0].conversation_id, 0, 10)
+        }
+        async with sessions() as session:
+            users = list(await session.scalars(select(User.id)))
+            left = list(await session.scalars(select(Profile.user_id)))
+
+    assert users == [a]
+    assert left == [a]
+    assert merged.lines == ("has a cat", "likes tea", "lives in Oslo")
+    cited = [[by_seq[seq] for e in sources for seq in e.seqs] for sources in merged.sources]
+    # Each fact still cites the very messages it came from, under their new seqs; a line
+    # both had keeps the evidence of both.
+    assert cited == [["a2"], ["a0", "b2"], ["b1"]]
+    assert all(e.chunk_id == 0 for sources in merged.sources for e in sources)  # re-cut
+    assert [(f.text, [by_seq[s] for e in f.sources for s in e.seqs]) for f in retired] == [
+        ("was 29", ["b0"])
+    ]

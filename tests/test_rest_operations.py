@@ -3,6 +3,7 @@ and memory jobs, each checked against what the gateway then does."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +17,7 @@ from memory.storage.models import Chunk, ChunkStatus, Message, Role
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import TgFail
-from tests.support.harness import ADMIN_TOKEN, make_settings, running_gateway
+from tests.support.harness import ADMIN_TOKEN, make_settings, next_frame, running_gateway
 from tests.support.platforms import platform_gateway
 from tests.support.polling import eventually
 
@@ -58,6 +59,18 @@ async def test_two_people_are_merged_and_unlinked_again(
         await gw.send(first, "one")
         await gw.send(second, "two")
         await gw.send(first, "three")
+
+        async def seen(token: str, mark: int | None = None) -> int:
+            """How far `token`'s person has read (after marking `mark` read)."""
+            async with gw.socket(token, ready=False) as ws:
+                ready = await next_frame(ws, "ready")
+                if mark is not None:
+                    await ws.send(json.dumps({"type": "seen", "seq": mark}))
+            if mark is None:
+                return int(ready["seen_seq"])
+            return await seen(token)
+
+        read_before = [await seen(first, 4), await seen(second, 2)]
         survivor = (await gw.http.get(f"/api/v1/sessions/{first_session}", headers=ADMIN)).json()
         absorbed = (await gw.http.get(f"/api/v1/sessions/{second_session}", headers=ADMIN)).json()
         url = f"/api/v1/users/{survivor['user_id']}/merge"
@@ -67,8 +80,12 @@ async def test_two_people_are_merged_and_unlinked_again(
         )
         history = [m["text"] for m in await gw.history(first) if m["role"] == "user"]
         gone = await gw.http.get(f"/api/v1/sessions/{second_session}", headers=ADMIN)
+        person_gone = await gw.http.get(f"/api/v1/users/{absorbed['user_id']}", headers=ADMIN)
+        people = (await gw.http.get("/api/v1/users", headers=ADMIN)).json()["items"]
+        read_merged = [await seen(first), await seen(second)]
         identity = absorbed["identities"][0]["id"]
         unlinked = await gw.http.delete(f"/api/v1/identities/{identity}", headers=ADMIN)
+        read_unlinked = await seen(second)
         only = merged.json()["identities"][0]["id"]
         last = await gw.http.delete(f"/api/v1/identities/{only}", headers=ADMIN)
 
@@ -77,6 +94,13 @@ async def test_two_people_are_merged_and_unlinked_again(
     assert self_merge.status_code == 422
     assert history == ["one", "two", "three"]
     assert gone.status_code == 404
+    assert person_gone.status_code == 404  # nobody is left behind, empty
+    assert [p["id"] for p in people] == [survivor["user_id"]]
+    # Each had read their whole history; merged, each has read up to its last message:
+    # the first's four are now 1, 2, 5 and 6, the second's two (3 and 4 before them).
+    assert read_before == [4, 2]
+    assert read_merged == [6, 4]
+    assert read_unlinked == 0  # a new conversation, numbered from 1 again
     assert unlinked.status_code == 200
     assert unlinked.json()["user_id"] != survivor["user_id"]
     assert last.status_code == 409

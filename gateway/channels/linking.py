@@ -127,7 +127,9 @@ class Linking:
                 # In id order, so two merges of the same pair never wait on each other.
                 for conversation_id in conversations:
                     await held.enter_async_context(self._runner.guard(conversation_id))
-            merged = await self._links.merge_users(survivor_user, absorbed_user)
+            merged = await self._links.merge_users(
+                survivor_user, absorbed_user, now=self._clock.now()
+            )
         # What either of them left unanswered is the merged conversation's to answer.
         for conversation_id in await self._links.personal_conversations(survivor_user):
             self._runner.request(conversation_id)

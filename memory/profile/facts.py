@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memory.storage.profile_rows import RECUT_CHUNK
+
 MAX_FACT_CHARS = 500
 
 
@@ -67,7 +69,8 @@ class Evidence:
 
     def describe(self) -> str:
         seqs = ", ".join(str(seq) for seq in self.seqs)
-        return f"message {seqs} of {self.at:%Y-%m-%d} (archive chunk {self.chunk_id})"
+        said = f"message {seqs} of {self.at:%Y-%m-%d}"
+        return f"{said} (archive chunk {self.chunk_id})" if self.chunk_id != RECUT_CHUNK else said
 
 
 # Where a line came from; empty for lines older than evidence ("unknown").

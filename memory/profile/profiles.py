@@ -24,6 +24,7 @@ from memory.profile.facts import (
     apply_edits,
     clean_fact,
 )
+from memory.storage import profile_rows
 from memory.storage.models import Chunk, Conversation, ConversationKind, Profile, RetiredFact
 
 
@@ -45,7 +46,7 @@ class Profiles:
     async def of_conversation(self, conversation_id: uuid.UUID) -> tuple[str, ...]:
         """The profile shown in a conversation: its owner's, or nothing for a group."""
         text = await self._owners(Profile.text, conversation_id)
-        return tuple(_lines(text or ""))
+        return tuple(profile_rows.lines(text or ""))
 
     async def refused_in(self, conversation_id: uuid.UUID) -> int:
         """Facts refused for want of evidence, for a personal conversation's owner."""
@@ -212,28 +213,18 @@ class Profiles:
             await session.commit()
 
 
-def _lines(text: str) -> list[str]:
-    return text.split("\n") if text else []
-
-
 def _view(user_id: uuid.UUID, row: Profile | None) -> ProfileView:
     if row is None:
         return ProfileView(user_id, (), 0)
-    lines = tuple(_lines(row.text))
-    stored = json.loads(row.evidence) if row.evidence else []
-    # Lines from before evidence was kept (or a column out of step) are "unknown".
-    sources = tuple(
-        tuple(Evidence.from_json(e) for e in stored[n]) if n < len(stored) else ()
-        for n in range(len(lines))
-    )
+    stored = profile_rows.read(row)
+    lines = tuple(line for line, _ in stored)
+    sources = tuple(tuple(Evidence.from_json(e) for e in raw) for _, raw in stored)
     return ProfileView(user_id, lines, row.revision, sources, row.facts_refused)
 
 
 def _store(row: Profile, facts: Sequence[Fact], now: datetime) -> None:
-    row.text = "\n".join(fact.text for fact in facts)
-    row.evidence = json.dumps([[e.to_json() for e in fact.sources] for fact in facts])
-    row.revision += 1
-    row.updated_at = now
+    lines = [(fact.text, [e.to_json() for e in fact.sources]) for fact in facts]
+    profile_rows.write(row, lines, now)
 
 
 def _dump(sources: Sources) -> str | None:

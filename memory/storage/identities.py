@@ -133,5 +133,6 @@ class Identities:
             await session.flush()
             session.add(personal_conversation(user.id, identity.display_name, now))
             identity.user_id = user.id
+            identity.seen_seq = 0  # a new conversation, numbered from 1
             await session.commit()
             return UnlinkStatus.UNLINKED

@@ -3,6 +3,7 @@ person with one conversation, their two histories merged in arrival order."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.storage import profile_rows
 from memory.storage.codes import new_code, normalise_code
 from memory.storage.inserts import insert_or_skip
 from memory.storage.models import (
@@ -22,6 +24,8 @@ from memory.storage.models import (
     LinkCode,
     Lookup,
     Message,
+    Profile,
+    RetiredFact,
     Role,
     User,
 )
@@ -136,11 +140,14 @@ class Links:
                 survivor=check.survivor,
                 absorbed_user=absorbed_user,
                 answering_message_id=answering_message_id,
+                now=now,
             )
             await session.commit()
             return LinkCheck(LinkStatus.LINKED, check.survivor, check.issuer_channel)
 
-    async def merge_users(self, survivor_user: uuid.UUID, absorbed_user: uuid.UUID) -> bool:
+    async def merge_users(
+        self, survivor_user: uuid.UUID, absorbed_user: uuid.UUID, *, now: datetime
+    ) -> bool:
         """Attach every identity of `absorbed_user` to `survivor_user` and merge their
         conversations, as a redeemed link code does (an operator's merge); False if
         either person is gone or they are one already."""
@@ -159,6 +166,7 @@ class Links:
                 survivor=survivor,
                 absorbed_user=absorbed_user,
                 answering_message_id=0,  # no message is being answered: time order only
+                now=now,
             )
             await session.commit()
         return True
@@ -203,23 +211,96 @@ async def _merge_people(
     survivor: uuid.UUID,
     absorbed_user: uuid.UUID,
     answering_message_id: int,
+    now: datetime,
 ) -> None:
+    """One person from two: every identity, link code, profile line and retired fact of
+    `absorbed_user` becomes the survivor's, and their conversations one; then the absorbed
+    user, left with nothing, goes (so erasing the survivor erases all of them)."""
     absorbed = await session.scalar(
         select(Conversation.id).where(Conversation.user_id == absorbed_user)
     )
-    await session.execute(
-        update(Identity).where(Identity.user_id == absorbed_user).values(user_id=survivor_user)
-    )
+    renumbering = _Renumbering({})
+    if absorbed is not None:
+        renumbering = await _merge_conversations(session, survivor, absorbed, answering_message_id)
+    conversation_of = {survivor_user: survivor, absorbed_user: absorbed}
+    for user, conversation in conversation_of.items():
+        seqs = renumbering.of(conversation)
+        for identity_id, seen in await session.execute(
+            select(Identity.id, Identity.seen_seq).where(Identity.user_id == user)
+        ):
+            await session.execute(
+                update(Identity)
+                .where(Identity.id == identity_id)
+                .values(user_id=survivor_user, seen_seq=_carried(seen, seqs))
+            )
     await session.execute(
         update(LinkCode).where(LinkCode.user_id == absorbed_user).values(user_id=survivor_user)
     )
-    if absorbed is not None:
-        await _merge_conversations(session, survivor, absorbed, answering_message_id)
+    await _merge_profiles(session, survivor_user, absorbed_user, renumbering, conversation_of, now)
+    await session.execute(delete(User).where(User.id == absorbed_user))
+
+
+@dataclass(frozen=True, slots=True)
+class _Renumbering:
+    """The new seq of each message of two merged conversations: (conversation, old seq)."""
+
+    new_seq: dict[tuple[uuid.UUID, int], int]
+
+    def of(self, conversation: uuid.UUID | None) -> dict[int, int] | None:
+        """Old seq -> new for one conversation; None if it was not renumbered."""
+        if not self.new_seq:
+            return None
+        return {seq: new for (c, seq), new in self.new_seq.items() if c == conversation}
+
+
+def _carried(seen: int, seqs: dict[int, int] | None) -> int:
+    """How far a person had read, in the new numbering: up to the new seq of the last
+    message they had read (the other history's messages after it are new to them)."""
+    if seqs is None:
+        return seen
+    return max((new for old, new in seqs.items() if old <= seen), default=0)
+
+
+async def _merge_profiles(
+    session: AsyncSession,
+    survivor_user: uuid.UUID,
+    absorbed_user: uuid.UUID,
+    renumbering: _Renumbering,
+    conversation_of: dict[uuid.UUID, uuid.UUID | None],
+    now: datetime,
+) -> None:
+    """The absorbed person's facts join the survivor's (a line both had, once, with the
+    evidence of both); evidence, and retired facts', follows its messages to their new
+    seqs."""
+    rows = {
+        user: await session.scalar(select(Profile).where(Profile.user_id == user).with_for_update())
+        for user in (survivor_user, absorbed_user)
+    }
+    merged: dict[str, tuple[str, profile_rows.RawSources]] = {}  # by the line, any case
+    for user in (survivor_user, absorbed_user):
+        seqs = renumbering.of(conversation_of[user])
+        for line, sources in profile_rows.read(rows[user]):
+            carried = sources if seqs is None else profile_rows.renumbered(sources, seqs)
+            merged.setdefault(line.casefold(), (line, []))[1].extend(carried)
+        for fact in await session.scalars(select(RetiredFact).where(RetiredFact.user_id == user)):
+            fact.user_id = survivor_user
+            if seqs is not None and fact.evidence:
+                fact.evidence = json.dumps(profile_rows.renumbered(json.loads(fact.evidence), seqs))
+    survivor_row, absorbed_row = rows[survivor_user], rows[absorbed_user]
+    if absorbed_row is None and (survivor_row is None or not renumbering.new_seq):
+        return  # nothing joins, nothing moved
+    if survivor_row is None:
+        survivor_row = Profile(user_id=survivor_user, text="", revision=0, facts_refused=0)
+        session.add(survivor_row)
+    if absorbed_row is not None:
+        survivor_row.facts_refused += absorbed_row.facts_refused
+        await session.delete(absorbed_row)
+    profile_rows.write(survivor_row, list(merged.values()), now)
 
 
 async def _merge_conversations(
     session: AsyncSession, survivor: uuid.UUID, absorbed: uuid.UUID, answering_message_id: int
-) -> None:
+) -> _Renumbering:
     # Each statement depends on the one before (renumbering needs the seqs parked), so
     # they stay together in order rather than in helpers that could be called apart.
     both = (survivor, absorbed)
@@ -273,6 +354,7 @@ async def _merge_conversations(
             last_message_at=last_at,
         )
     )
+    return _Renumbering(new_seq)
 
 
 async def _rows(session: AsyncSession, conversation_id: uuid.UUID) -> list[_Row]:
