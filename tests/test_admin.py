@@ -285,6 +285,7 @@ async def test_health_shows_channels_and_charts_what_the_database_holds(
         await page.get_by_role("link", name="Health").click()
         telegram = page.locator("tr[data-channel='telegram']")
         await expect(telegram).to_contain_text("yes")
+        await expect(telegram).to_contain_text("it calls in")  # webhooks: no connection
         charts = page.get_by_role("img")
         await expect(charts).to_have_count(2)
         await page.screenshot(path=tmp_path / "admin-health.png", full_page=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +309,30 @@ async def test_one_replica_holds_the_gateway_connection_and_another_takes_over(
             await fake.wait_until(lambda f: len(f.texts(dm)) == 2)
 
     assert len(llm.requests) == 2
+
+
+async def test_the_health_numbers_say_whether_the_gateway_connection_is_up(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    # Leader leases (which carry the state) are renewed every second.
+    async with discord_gateway(database_url, tmp_path, llm, turn_lease_seconds=3) as (gw, fake):
+
+        async def connections() -> dict[str, str | None]:
+            stats = (await gw.http.get("/api/v1/stats", headers=ADMIN)).json()
+            return {c["channel"]: c["connection"] for c in stats["channels"]}
+
+        def discord_is(state: str) -> Callable[[dict[str, str | None]], bool]:
+            return lambda seen: seen["discord"] == state
+
+        up = await eventually(connections, until=discord_is("connected"), interval=0.2)
+        held = fake.hold()  # the client cannot get back in until this is set
+        await fake.drop()
+        down = await eventually(connections, until=discord_is("reconnecting"), interval=0.2)
+        held.set()
+        await eventually(connections, until=discord_is("connected"), interval=0.2)
+
+    assert up == {"discord": "connected", "webchat": None}  # the web chat is called into
+    assert down["discord"] == "reconnecting"
 
 
 async def test_a_refused_message_content_intent_is_logged_naming_the_portal_switch(

@@ -17,7 +17,7 @@ import pytest
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM, Reply
 from tests.fakes.telegram_api import WEBHOOK_SECRET
-from tests.support.platforms import platform_gateway
+from tests.support.platforms import ADMIN, platform_gateway
 from tests.support.polling import eventually
 
 
@@ -375,15 +375,26 @@ async def test_one_replica_polls_and_another_takes_over_when_it_stops(
         await first.enter_async_context(
             platform_gateway(database_url, tmp_path / "a", llm, tg=fake, **polling)
         )
-        async with platform_gateway(database_url, tmp_path / "b", llm, tg=fake, **polling):
+        async with platform_gateway(database_url, tmp_path / "b", llm, tg=fake, **polling) as b:
             await fake.push_update(tg.text_update(3434, "to whoever polls", update_id=700))
             await fake.wait_until(lambda f: len(f.texts(3434)) == 1)
             await first.aclose()  # the replica that polled stops
             await fake.push_update(tg.text_update(3434, "still heard?", update_id=701))
             await fake.wait_until(lambda f: len(f.texts(3434)) == 2, seconds=30)
 
+            async def telegram() -> dict[str, Any]:
+                stats: dict[str, Any] = (await b.gw.http.get("/api/v1/stats", headers=ADMIN)).json()
+                (channel,) = (c for c in stats["channels"] if c["channel"] == "telegram")
+                return {"replica": stats["replica"], **channel}
+
+            # What the health page shows: polling is connected, and held by this replica.
+            health = await eventually(
+                telegram, until=lambda t: t["connection"] == "connected", interval=0.2
+            )
+
     assert fake.conflicts == 0
     assert len(llm.requests) == 2
+    assert health["leader"] == health["replica"]
 
 
 async def test_a_group_that_became_a_supergroup_keeps_its_conversation(

@@ -58,6 +58,8 @@ class ParleyClient(discord.Client):
         super().__init__(intents=intents)
         self._handler = handler
         self._connected = connected
+        # Between a session's READY (or RESUMED) and the connection's loss.
+        self.connected = False
         self._events: set[asyncio.Task[Any]] = set()  # handlers discord.py has started
 
     def _get_state(self, **options: Any) -> Any:
@@ -91,4 +93,8 @@ class ParleyClient(discord.Client):
         # 2 s later, after the guild cache fills (not needed here), and can fire after
         # `close()`.
         if event_type in ("READY", "RESUMED"):
+            self.connected = True
             await self._connected()
+
+    async def on_disconnect(self) -> None:
+        self.connected = False

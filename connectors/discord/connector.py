@@ -100,13 +100,22 @@ class DiscordConnector:
         if client.user is not None:
             self._me = client.user.id
         # Discord allows one gateway connection per bot (unsharded): one replica holds it.
-        self._leader = core.singleton("discord-gateway", self._connect, self._disconnect)
+        self._leader = core.singleton(
+            "discord-gateway", self._connect, self._disconnect, state=self._state
+        )
 
     async def stop(self) -> None:
         if self._leader is not None:
             await self._leader.close()
         if self._client is not None:
             await self._client.close()
+
+    def _state(self) -> str:
+        if self._connection is None or self._connection.done():
+            return "stopped: see the log"  # a token or intent Discord refuses
+        return (
+            "connected" if self._client is not None and self._client.connected else "reconnecting"
+        )
 
     async def _connect(self) -> None:
         assert self._client is not None

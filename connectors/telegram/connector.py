@@ -100,7 +100,9 @@ class TelegramConnector:
         if self.settings.telegram_mode is TelegramMode.POLLING:
             # One replica polls (Telegram allows one getUpdates at a time per bot).
             poller = Poller(self.bot, self.handle, ALLOWED_UPDATES)
-            self._poller = core.singleton("telegram-polling", poller.start, poller.stop)
+            self._poller = core.singleton(
+                "telegram-polling", poller.start, poller.stop, state=poller.state
+            )
         elif self.settings.public_url:
             await self._set_webhook(self.settings.public_url.rstrip("/") + WEBHOOK_PATH)
 

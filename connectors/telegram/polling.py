@@ -35,11 +35,18 @@ class Poller:
         self._handle = handle
         self._allowed = list(allowed_updates)
         self._task: asyncio.Task[None] | None = None
+        self._state = "connecting"
+
+    def state(self) -> str:
+        """How the polling goes: "connected" once Telegram answered the last request."""
+        return self._state
 
     async def start(self) -> None:
         try:
             # getUpdates is refused while a webhook is set.
             await self._bot.delete_webhook()
+            # Telegram answered (a long poll, with nothing new, answers only in 25 s).
+            self._state = "connected"
         except TelegramError as exc:
             log.warning("could not remove the Telegram webhook", error=str(exc))
         self._task = asyncio.create_task(self._run(), name="telegram:polling")
@@ -66,6 +73,7 @@ class Poller:
                         log.warning("skipped an unreadable Telegram update", error=str(exc))
                     offset = update.update_id + 1
                 failures = 0
+                self._state = "connected"
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -73,6 +81,8 @@ class Poller:
                 # wait, then ask again from the last committed update.
                 failures += 1
                 delay = _delay(exc, failures)
+                # The kind of failure only: a message could quote a URL with the token.
+                self._state = f"reconnecting after {type(exc).__name__}"
                 if isinstance(exc, Conflict):
                     log.error("another process is polling this bot, or a webhook is set")
                 log.warning("Telegram polling failed", error=str(exc), retry_in=delay)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 
@@ -229,8 +229,10 @@ class Core:
         if not await self._conversations.move_group(channel, old_group_id, new_group_id):
             log.warning("a moved group kept its conversation", channel=channel)
 
-    def singleton(self, name: str, start: Step, stop: Step) -> Leader:
-        leader = Leader(self._leases, name, start, stop, ttl=self._leader_ttl)
+    def singleton(
+        self, name: str, start: Step, stop: Step, *, state: Callable[[], str] | None = None
+    ) -> Leader:
+        leader = Leader(self._leases, name, start, stop, ttl=self._leader_ttl, state=state)
         leader.begin()
         return leader
 

@@ -24,11 +24,19 @@ Step = Callable[[], Awaitable[None]]
 
 class Leader:
     def __init__(
-        self, leases: Leases, name: str, start: Step, stop: Step, *, ttl: timedelta
+        self,
+        leases: Leases,
+        name: str,
+        start: Step,
+        stop: Step,
+        *,
+        ttl: timedelta,
+        state: Callable[[], str] | None = None,
     ) -> None:
         self._leases = leases
         self._name = f"leader:{name}"
         self._start, self._stop = start, stop
+        self._state = state
         self._ttl = ttl
         self._leading = False
         self._task: asyncio.Task[None] | None = None
@@ -49,12 +57,16 @@ class Leader:
     async def _run(self) -> None:
         while True:
             try:
-                ours = await self._leases.claim(self._name, self._ttl)
+                ours = await self._leases.claim(self._name, self._ttl, state=self._said())
             except Exception as exc:  # the database blinked: keep what runs, ask again
                 log.warning("could not claim a leader lease", lease=self._name, error=str(exc))
             else:
                 await self._follow(ours)
             await asyncio.sleep(self._ttl.total_seconds() / 3)
+
+    def _said(self) -> str | None:
+        """What the work says of itself, once it runs here."""
+        return self._state() if self._state is not None and self._leading else None
 
     async def _follow(self, ours: bool) -> None:
         if ours and not self._leading:

@@ -152,9 +152,13 @@ class Gateway(Protocol):
         replies still to send there) follows."""
         ...
 
-    def singleton(self, name: str, start: Step, stop: Step) -> Singleton:
+    def singleton(
+        self, name: str, start: Step, stop: Step, *, state: Callable[[], str] | None = None
+    ) -> Singleton:
         """Run `start` on exactly one replica at a time (`stop` when it stops leading):
-        long polling, a gateway connection. Begins when made; `close()` it on stop."""
+        long polling, a gateway connection. Begins when made; `close()` it on stop.
+        `state`: what the work says of itself ("connected"), kept where every replica
+        reads it (the dashboard's health page) each time the lease is renewed."""
         ...
 
 

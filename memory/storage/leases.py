@@ -23,6 +23,8 @@ from memory.storage.models import Lease
 
 log = structlog.get_logger(__name__)
 
+STATE_CHARS = 200  # Lease.state's width
+
 
 class LeaseLost(Exception):
     """A write that needed a lease found it expired or taken by another holder."""
@@ -61,18 +63,22 @@ class Leases:
         # One holder per process: a process never competes with itself.
         self.holder = holder or uuid.uuid4().hex
 
-    async def claim(self, name: str, ttl: timedelta) -> bool:
-        """Take `name` unless a live holder other than us has it."""
+    async def claim(self, name: str, ttl: timedelta, *, state: str | None = None) -> bool:
+        """Take `name` unless a live holder other than us has it; `state`: what we say
+        of the work, kept with the lease (cut to fit)."""
         now = self._now()
+        state = None if state is None else state[:STATE_CHARS]
         async with self._sessions() as session:
             taken = await session.execute(
                 update(Lease)
                 .where(Lease.name == name, or_(Lease.expires_at < now, Lease.holder == self.holder))
-                .values(holder=self.holder, expires_at=now + ttl)
+                .values(holder=self.holder, expires_at=now + ttl, state=state)
             )
             if taken.rowcount == 0:  # type: ignore[attr-defined]
-                values = {"name": name, "holder": self.holder, "expires_at": now + ttl}
-                taken = await session.execute(insert_or_skip(session, Lease).values(values))
+                values = {"holder": self.holder, "expires_at": now + ttl, "state": state}
+                taken = await session.execute(
+                    insert_or_skip(session, Lease).values(name=name, **values)
+                )
             await session.commit()
         return bool(taken.rowcount)  # type: ignore[attr-defined]
 

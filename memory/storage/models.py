@@ -388,6 +388,9 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     holder: Mapped[str] = mapped_column(String(64))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # What the holder says of the work at its last renewal ("connected", "reconnecting");
+    # null: it says nothing.
+    state: Mapped[str | None] = mapped_column(String(200))
 
 
 # -- watermarks: how far a platform's history has been read ----------------------------

@@ -40,6 +40,7 @@ class LeaseView:
     name: str
     holder: str
     expires_at: datetime
+    state: str | None
 
 
 class Stats:
@@ -87,7 +88,7 @@ class Stats:
     async def leases(self, prefix: str) -> list[LeaseView]:
         async with self._sessions() as session:
             rows = await session.scalars(select(Lease).where(Lease.name.startswith(prefix)))
-            return [LeaseView(r.name, r.holder, r.expires_at) for r in rows]
+            return [LeaseView(r.name, r.holder, r.expires_at, r.state) for r in rows]
 
 
 async def _latest(session: AsyncSession, *where: Any) -> dict[str, datetime]:

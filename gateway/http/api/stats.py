@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from gateway.http.deps import ServicesDep
 from gateway.http.problems import responses
+from memory.storage.stats import LeaseView
 
 router = APIRouter(tags=["operations"])
 LEADER = "leader:"
@@ -23,6 +24,10 @@ class ChannelOut(BaseModel):
     last_sent_at: datetime | None
     # The replica holding the channel's connection, where only one may (Discord).
     leader: str | None
+    # Where the channel holds a connection of its own (Discord; Telegram polling): how
+    # it goes, as its holder last said ("connected", "reconnecting…"), or "down" when no
+    # replica holds it. None: the platform or the browser calls in (webhooks, web chat).
+    connection: str | None
 
 
 class ArchiveOut(BaseModel):
@@ -65,11 +70,11 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
     since = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
     seen = {c.channel: c for c in await repos.stats.channels()}
     # A singleton is named for its channel first: "discord-gateway", "telegram-polling".
-    leaders = {
-        lease.name.removeprefix(LEADER).split("-", 1)[0]: lease.holder
+    leases = {
+        lease.name.removeprefix(LEADER).split("-", 1)[0]: lease
         for lease in await repos.stats.leases(LEADER)
-        if lease.expires_at > now
     }
+    held = {channel: lease.holder for channel, lease in leases.items() if lease.expires_at > now}
     enabled = {connector.channel for connector in services.connectors}
     backlog = await services.archive.backlog()
     return StatsOut(
@@ -80,7 +85,8 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
                 enabled=channel in enabled,
                 last_inbound_at=seen[channel].last_inbound_at if channel in seen else None,
                 last_sent_at=seen[channel].last_sent_at if channel in seen else None,
-                leader=leaders.get(channel),
+                leader=held.get(channel),
+                connection=_connection(leases.get(channel), now),
             )
             for channel in sorted(enabled | seen.keys())
         ],
@@ -99,3 +105,11 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
         ],
         prompt_limit=services.settings.llm_context_tokens - services.settings.llm_max_reply_tokens,
     )
+
+
+def _connection(lease: LeaseView | None, now: datetime) -> str | None:
+    if lease is None:
+        return None
+    if lease.expires_at <= now:
+        return "down"  # its holder stopped renewing, and nobody took over yet
+    return lease.state or "starting"

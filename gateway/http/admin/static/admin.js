@@ -422,10 +422,12 @@
   async function healthPage() {
     const stats = await get("/stats?days=30");
     const channels = h("section", {}, h("h2", {}, "Channels"), h("table", {},
-      h("thead", {}, h("tr", {}, ["Channel", "On", "Last heard", "Last sent", "Connection held by"].map((t) => h("th", { scope: "col" }, t)))),
+      h("thead", {}, h("tr", {}, ["Channel", "On", "Connection", "Last heard", "Last sent", "Connection held by"].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, stats.channels.map((c) => h("tr", { "data-channel": c.channel },
         h("th", { scope: "row" }, c.channel),
         h("td", {}, c.enabled ? "yes" : "no"),
+        // None: no connection of its own; the platform (webhooks) or browsers call in.
+        h("td", {}, c.connection === null ? "none needed: it calls in" : h("span", { class: `badge ${c.connection === "connected" ? "" : "bad"}` }, c.connection)),
         h("td", {}, c.last_inbound_at ? when(c.last_inbound_at) : "never"),
         h("td", {}, c.last_sent_at ? when(c.last_sent_at) : "never"),
         h("td", {}, c.leader ? (c.leader === stats.replica ? "this replica" : c.leader) : "—"))))));
