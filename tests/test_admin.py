@@ -112,6 +112,10 @@ async def test_find_a_person_read_their_memory_and_act_on_it(
         await page.get_by_role("button", name="Save").click()
         await expect(page.locator("#toast")).to_have_text("Profile saved.")
         await expect(page.locator("li[data-line='2']")).to_contain_text("lives by a lake")
+        # The change is on record as an operator's, newest first.
+        newest = page.get_by_role("list", name="Profile changes").get_by_role("listitem").first
+        await expect(newest).to_contain_text("operator")
+        await expect(newest).to_contain_text("+ lives by a lake")
         await page.locator("li[data-line='2']").get_by_role("button", name="Edit").click()
         profile = (await _api(p, "GET", f"/users/{world.ana.user_id}/profile")).json()
         meanwhile = await _api(

@@ -49,6 +49,7 @@ OPERATIONS = {
     "GET /api/v1/users/{user_id}/profile",
     "PATCH /api/v1/users/{user_id}/profile",
     "GET /api/v1/users/{user_id}/retired-facts",
+    "GET /api/v1/users/{user_id}/profile/changes",
     "GET /api/v1/sessions/{session_id}/lookups",
     "GET /api/v1/stats",
     "GET /api/v1/users",

@@ -292,6 +292,7 @@ async def test_a_merge_keeps_both_profiles_with_their_evidence_and_leaves_nobody
 
         merged = await profiles.get(a)
         retired = await profiles.retired(a)
+        changes = await profiles.changes(a, before_id=2**62, limit=10)
         by_seq = {
             m.seq: m.text
             for m in await repos.messages.messages_after(people[0].conversation_id, 0, 10)
@@ -310,4 +311,12 @@ async def test_a_merge_keeps_both_profiles_with_their_evidence_and_leaves_nobody
     assert all(e.chunk_id == 0 for sources in merged.sources for e in sources)  # re-cut
     assert [(f.text, [by_seq[s] for e in f.sources for s in e.seqs]) for f in retired] == [
         ("was 29", ["b0"])
+    ]
+    # The change log says who joined them, and keeps the absorbed profile's history.
+    assert [(c.by, c.added, c.removed) for c in changes] == [
+        ("operator: merge", ["lives in Oslo"], []),
+        ("person: /forget", [], ["was 29"]),
+        ("model: facts", ["was 29"], []),
+        ("model: facts", ["lives in Oslo", "Likes tea"], []),
+        ("model: facts", ["has a cat", "likes tea"], []),
     ]

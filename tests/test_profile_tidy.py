@@ -210,6 +210,8 @@ async def test_edits_against_an_old_revision_are_refused(env: Env) -> None:
     await env.profiles.append(env.user, [Fact("a newer fact")], env.clock.now(), chunk_id=None)
 
     with pytest.raises(StaleRevision):
-        await env.profiles.edit(env.user, seen.revision, [Remove((1,))], env.clock.now())
+        await env.profiles.edit(
+            env.user, seen.revision, [Remove((1,))], env.clock.now(), by="operator"
+        )
     assert (await env.profiles.get(env.user)).lines[0] == seen.lines[0]
     assert await env.profiles.retired(env.user) == []

@@ -17,6 +17,7 @@ from memory.storage.models import Role
 from tests.fakes.llm_server import Behaviour, Fail, FakeLLM, Reply
 from tests.support.archive_checks import chat_requests, request_kind, settle_extraction
 from tests.support.harness import Gateway, make_settings, running_gateway
+from tests.support.platforms import ADMIN
 
 # A 4k-token model: live window 640 tokens, chunks of 320, so short messages archive.
 TINY_MODEL = {"llm_context_tokens": 4_096, "llm_max_reply_tokens": 512}
@@ -146,6 +147,7 @@ async def test_only_what_the_person_typed_becomes_a_fact_about_them(
         owner = await repos.conversations.personal_owner(conversation_id)
         assert owner is not None
         profile = await gw.services.profiles.get(owner)
+        changes = await gw.services.profiles.changes(owner, before_id=2**62, limit=100)
         chunks = [c for c in await gw.services.archive.chunks(conversation_id) if c.level == 0]
         archived = [
             m.text
@@ -172,6 +174,9 @@ async def test_only_what_the_person_typed_becomes_a_fact_about_them(
     # And what the person typed in every archived chunk did become a fact.
     assert len(archived) >= len(GENUINE) // 2
     assert set(archived) <= set(profile.lines)
+    # Each extraction's lines are on record as the model's, from the chunk they came from.
+    assert {c.by for c in changes} <= {f"model: facts from archive #{c.id}" for c in chunks}
+    assert sorted(line for c in changes for line in c.added) == sorted(profile.lines)
 
 
 async def test_groups_give_no_personal_facts_and_see_no_personal_profile(
@@ -255,6 +260,12 @@ async def test_profile_and_forget_commands(database_url: str, tmp_path: Path, ll
         nothing = (await gw.send(token, "/forget submarine")).json()["reply"]["text"]
         profile = await gw.services.profiles.get(owner)
         retired = await gw.services.profiles.retired(owner)
+        edited = await gw.http.patch(
+            f"/api/v1/users/{owner}/profile",
+            json={"edits": [{"shorten": 1, "to": "Ann has a cat."}]},
+            headers=ADMIN | {"If-Match": f'"profile-{profile.revision}"'},
+        )
+        changes = await _pages(gw, f"/api/v1/users/{owner}/profile/changes")
 
     assert "1. Ann lives in Lisbon." in shown
     assert "Forgotten (2)" in forgot
@@ -262,3 +273,22 @@ async def test_profile_and_forget_commands(database_url: str, tmp_path: Path, ll
     assert profile.lines == ("Ann has a cat called Miso.",)
     assert [r.text for r in retired] == [facts[0], facts[2]]
     assert llm.requests == []  # commands never reach the model
+    assert edited.status_code == 200, edited.text
+    # Who changed the profile, newest first: an operator, the person, the model.
+    assert [(c["revision"], c["by"], c["added"], c["removed"]) for c in changes] == [
+        (3, "operator", ["Ann has a cat."], ["Ann has a cat called Miso."]),
+        (2, "person: /forget", [], [facts[0], facts[2]]),
+        (1, "model: facts", facts, []),
+    ]
+
+
+async def _pages(gw: Gateway, url: str) -> list[dict[str, Any]]:
+    """Every item of a REST list, a page of one at a time (so the cursor is used)."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 1} | ({"cursor": cursor} if cursor else {})
+        page = (await gw.http.get(url, params=params, headers=ADMIN)).json()
+        items += page["items"]
+        if (cursor := page["next_cursor"]) is None:
+            return items

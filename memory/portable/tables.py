@@ -15,9 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.portable import rows
 from memory.portable.format import AuthorKey, ChunkKey
+from memory.storage import profile_rows
 from memory.storage.conversations import personal_conversation
 from memory.storage.inserts import insert_or_skip
 from memory.storage.models import Chunk, Conversation, Identity, Message, Profile, RetiredFact, User
+
+# Who changed a profile, as its change log says.
+IMPORTED_BY = "operator: import"
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,28 +280,21 @@ class Tables:
             profile = await session.scalar(
                 select(Profile).where(Profile.user_id == self.user_id).with_for_update()
             )
-            lines = profile.text.split("\n") if profile is not None and profile.text else []
-            stored = (
-                json.loads(profile.evidence) if profile is not None and profile.evidence else []
-            )
-            evidence = stored[: len(lines)] + [[]] * (len(lines) - len(stored))
-            known = {line.casefold() for line in lines}
+            lines = profile_rows.read(profile)
+            known = {line.casefold() for line, _ in lines}
             for fact in facts:
                 new = fact.text.casefold() not in known
                 self._counts["profile_lines"].add(new)
                 if new:
                     known.add(fact.text.casefold())
-                    lines.append(fact.text)
-                    evidence.append(rows.evidence_json(fact.evidence, self._chunk_ids))
+                    lines.append((fact.text, rows.evidence_json(fact.evidence, self._chunk_ids)))
             if self._counts["profile_lines"].created == 0:
                 return
             if profile is None:
                 profile = Profile(user_id=self.user_id, revision=0, tidy_failures=0)
                 profile.tidy_after_chars, profile.facts_refused = 0, 0
                 session.add(profile)
-            profile.text, profile.evidence = "\n".join(lines), json.dumps(evidence)
-            profile.revision += 1
-            profile.updated_at = self._now
+            profile_rows.write(session, profile, lines, self._now, by=IMPORTED_BY)
             await session.commit()
 
     async def retired(self, facts: Sequence[rows.Fact]) -> None:

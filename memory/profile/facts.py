@@ -107,6 +107,18 @@ class ProfileView:
 
 
 @dataclass(frozen=True, slots=True)
+class ChangeView:
+    """One revision of a profile: who made it, when, and the lines that came and went."""
+
+    id: int
+    revision: int
+    at: datetime
+    by: str
+    added: list[str]
+    removed: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class RetiredView:
     text: str
     reason: str

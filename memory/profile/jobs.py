@@ -21,7 +21,7 @@ from memory.profile.extraction import (
     with_evidence,
 )
 from memory.profile.facts import EditError, Fact, ProfileView, StaleRevision
-from memory.profile.profiles import Profiles
+from memory.profile.profiles import BY_TIDY, Profiles
 from memory.profile.tidy import TIDY_SYSTEM, parse_edits
 from memory.provenance import dialogue
 from memory.storage.conversations import Conversations
@@ -135,7 +135,9 @@ class ProfileJobs:
         )
         system = TIDY_SYSTEM.replace("{target}", f"{self._limits.tidy_target_chars:,}")
         edits = parse_edits(await self._model.complete(system, prompt, 4_000))
-        return await self._profiles.edit(profile.user_id, profile.revision, edits, self._now())
+        return await self._profiles.edit(
+            profile.user_id, profile.revision, edits, self._now(), by=BY_TIDY
+        )
 
     async def _failed(self, user_id: uuid.UUID, exc: Exception) -> None:
         wait = await self._profiles.tidy_failed(user_id, self._now(), self._limits.backoff_seconds)

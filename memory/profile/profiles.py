@@ -13,6 +13,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.profile.facts import (
+    ChangeView,
     Edit,
     Evidence,
     Fact,
@@ -25,7 +26,20 @@ from memory.profile.facts import (
     clean_fact,
 )
 from memory.storage import profile_rows
-from memory.storage.models import Chunk, Conversation, ConversationKind, Profile, RetiredFact
+from memory.storage.models import (
+    Chunk,
+    Conversation,
+    ConversationKind,
+    Profile,
+    ProfileChange,
+    RetiredFact,
+)
+
+# Who changed a profile, as its change log says.
+BY_EXTRACTION = "model: facts"
+BY_TIDY = "model: tidying"
+BY_FORGET = "person: /forget"
+BY_OPERATOR = "operator"
 
 
 class Profiles:
@@ -46,7 +60,7 @@ class Profiles:
     async def of_conversation(self, conversation_id: uuid.UUID) -> tuple[str, ...]:
         """The profile shown in a conversation: its owner's, or nothing for a group."""
         text = await self._owners(Profile.text, conversation_id)
-        return tuple(profile_rows.lines(text or ""))
+        return tuple(profile_rows.lines_of(text or ""))
 
     async def refused_in(self, conversation_id: uuid.UUID) -> int:
         """Facts refused for want of evidence, for a personal conversation's owner."""
@@ -98,15 +112,27 @@ class Profiles:
                     added.append(Fact(line, fact.sources))
                     known.add(line.casefold())
             if len(added) != len(current):
-                _store(row, added, now)
+                by = (
+                    BY_EXTRACTION
+                    if chunk_id is None
+                    else f"{BY_EXTRACTION} from archive #{chunk_id}"
+                )
+                _store(session, row, added, now, by)
             row.facts_refused += refused
             await session.commit()
             return _view(user_id, row)
 
     async def edit(
-        self, user_id: uuid.UUID, revision: int, edits: Sequence[Edit], now: datetime
+        self,
+        user_id: uuid.UUID,
+        revision: int,
+        edits: Sequence[Edit],
+        now: datetime,
+        *,
+        by: str,
     ) -> ProfileView:
-        """Apply edits made against `revision`; `StaleRevision` if it moved on."""
+        """Apply edits made against `revision`, `by` someone ("operator"); `StaleRevision`
+        if it moved on."""
         async with self._sessions() as session:
             row = await _locked(session, user_id, now)
             if row.revision != revision:
@@ -123,7 +149,7 @@ class Profiles:
                 )
                 for fact, reason in retired
             )
-            _store(row, kept, now)
+            _store(session, row, kept, now, by)
             await session.commit()
             return _view(user_id, row)
 
@@ -138,11 +164,25 @@ class Profiles:
             if not numbers:
                 return []
             try:
-                await self.edit(user_id, profile.revision, [Remove(numbers)], now)
+                await self.edit(user_id, profile.revision, [Remove(numbers)], now, by=BY_FORGET)
             except StaleRevision:
                 continue
             return [profile.lines[n - 1] for n in numbers]
         raise StaleRevision(profile.revision, profile.revision + 1)
+
+    async def changes(self, user_id: uuid.UUID, *, before_id: int, limit: int) -> list[ChangeView]:
+        """The profile's change log, newest first, a page at a time."""
+        query = (
+            select(ProfileChange)
+            .where(ProfileChange.user_id == user_id, ProfileChange.id < before_id)
+            .order_by(ProfileChange.id.desc())
+            .limit(limit)
+        )
+        async with self._sessions() as session:
+            return [
+                ChangeView(c.id, c.revision, c.at, c.by, json.loads(c.added), json.loads(c.removed))
+                for c in await session.scalars(query)
+            ]
 
     async def retired(self, user_id: uuid.UUID, needle: str = "") -> list[RetiredView]:
         query = select(RetiredFact).where(RetiredFact.user_id == user_id)
@@ -222,9 +262,11 @@ def _view(user_id: uuid.UUID, row: Profile | None) -> ProfileView:
     return ProfileView(user_id, lines, row.revision, sources, row.facts_refused)
 
 
-def _store(row: Profile, facts: Sequence[Fact], now: datetime) -> None:
+def _store(
+    session: AsyncSession, row: Profile, facts: Sequence[Fact], now: datetime, by: str
+) -> None:
     lines = [(fact.text, [e.to_json() for e in fact.sources]) for fact in facts]
-    profile_rows.write(row, lines, now)
+    profile_rows.write(session, row, lines, now, by=by)
 
 
 def _dump(sources: Sources) -> str | None:

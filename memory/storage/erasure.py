@@ -65,6 +65,7 @@ from memory.storage.models import (
     Message,
     PairingRequest,
     Profile,
+    ProfileChange,
     RetiredFact,
     Role,
     SentPart,
@@ -315,6 +316,7 @@ async def _drop_person(session: AsyncSession, user_id: uuid.UUID) -> dict[str, i
     )
     profile = await session.scalar(select(Profile.text).where(Profile.user_id == user_id))
     await _run(session, delete(Profile).where(Profile.user_id == user_id))
+    await _run(session, delete(ProfileChange).where(ProfileChange.user_id == user_id))
     retired = await _run(session, delete(RetiredFact).where(RetiredFact.user_id == user_id))
     removed = await _run(session, delete(Identity).where(Identity.user_id == user_id))
     await _run(session, delete(User).where(User.id == user_id))

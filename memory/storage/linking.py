@@ -25,12 +25,16 @@ from memory.storage.models import (
     Lookup,
     Message,
     Profile,
+    ProfileChange,
     RetiredFact,
     Role,
     User,
 )
 
 _CREATE_ATTEMPTS = 3
+# Who joined two profiles into one, as the profile's change log says.
+LINKED_BY_PERSON = "person: /link"
+MERGED_BY_OPERATOR = "operator: merge"
 
 
 class LinkStatus(StrEnum):
@@ -141,6 +145,7 @@ class Links:
                 absorbed_user=absorbed_user,
                 answering_message_id=answering_message_id,
                 now=now,
+                by=LINKED_BY_PERSON,
             )
             await session.commit()
             return LinkCheck(LinkStatus.LINKED, check.survivor, check.issuer_channel)
@@ -167,6 +172,7 @@ class Links:
                 absorbed_user=absorbed_user,
                 answering_message_id=0,  # no message is being answered: time order only
                 now=now,
+                by=MERGED_BY_OPERATOR,
             )
             await session.commit()
         return True
@@ -212,6 +218,7 @@ async def _merge_people(
     absorbed_user: uuid.UUID,
     answering_message_id: int,
     now: datetime,
+    by: str,
 ) -> None:
     """One person from two: every identity, link code, profile line and retired fact of
     `absorbed_user` becomes the survivor's, and their conversations one; then the absorbed
@@ -236,7 +243,9 @@ async def _merge_people(
     await session.execute(
         update(LinkCode).where(LinkCode.user_id == absorbed_user).values(user_id=survivor_user)
     )
-    await _merge_profiles(session, survivor_user, absorbed_user, renumbering, conversation_of, now)
+    await _merge_profiles(
+        session, survivor_user, absorbed_user, renumbering, conversation_of, now, by
+    )
     await session.execute(delete(User).where(User.id == absorbed_user))
 
 
@@ -268,6 +277,7 @@ async def _merge_profiles(
     renumbering: _Renumbering,
     conversation_of: dict[uuid.UUID, uuid.UUID | None],
     now: datetime,
+    by: str,
 ) -> None:
     """The absorbed person's facts join the survivor's (a line both had, once, with the
     evidence of both); evidence, and retired facts', follows its messages to their new
@@ -276,6 +286,12 @@ async def _merge_profiles(
         user: await session.scalar(select(Profile).where(Profile.user_id == user).with_for_update())
         for user in (survivor_user, absorbed_user)
     }
+    # The absorbed profile's change log stays with its lines.
+    await session.execute(
+        update(ProfileChange)
+        .where(ProfileChange.user_id == absorbed_user)
+        .values(user_id=survivor_user)
+    )
     merged: dict[str, tuple[str, profile_rows.RawSources]] = {}  # by the line, any case
     for user in (survivor_user, absorbed_user):
         seqs = renumbering.of(conversation_of[user])
@@ -295,7 +311,7 @@ async def _merge_profiles(
     if absorbed_row is not None:
         survivor_row.facts_refused += absorbed_row.facts_refused
         await session.delete(absorbed_row)
-    profile_rows.write(survivor_row, list(merged.values()), now)
+    profile_rows.write(session, survivor_row, list(merged.values()), now, by=by)
 
 
 async def _merge_conversations(

@@ -342,6 +342,25 @@ class RetiredFact(Base):
     evidence: Mapped[str | None] = mapped_column(Text)
 
 
+class ProfileChange(Base):
+    """Who changed a profile, when, and which lines came and went: every revision's
+    record. Append-only; the lines' text is also in the profile or its retired facts."""
+
+    __tablename__ = "profile_changes"
+    __table_args__ = (Index("ix_profile_changes_user_id_id", "user_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    # The revision the change made.
+    revision: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # "operator", "person: /forget", "model: facts from archive #12", "model: tidying"...
+    by: Mapped[str] = mapped_column(String(100))
+    # JSON lists of lines.
+    added: Mapped[str] = mapped_column(Text)
+    removed: Mapped[str] = mapped_column(Text)
+
+
 class Lookup(Base):
     """What the model looked up in a turn (a recall tool call) and what it read back.
     Kept apart from the messages: never in the live window or a transcript."""

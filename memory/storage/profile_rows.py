@@ -1,7 +1,8 @@
 """How a profile is kept in its row: one fact per line of `text`, and in `evidence` a JSON
 list, one entry per line, of where each came from (`{"chunk", "seqs", "at"}` objects,
 memory.profile.Evidence). Read and written here only, so that a merge, which renumbers
-seqs, can carry evidence along without knowing more of profiles."""
+seqs, can carry evidence along without knowing more of profiles; and every write is
+recorded, with who made it, as a `ProfileChange`."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from memory.storage.models import Profile
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory.storage.models import Profile, ProfileChange
 
 # One line's evidence as stored: a list of `{"chunk", "seqs", "at"}` objects.
 RawSources = list[dict[str, Any]]
 
 # An evidence's chunk once the archive it named was cut again (conversations merged).
 RECUT_CHUNK = 0
+BY_CHARS = 100  # ProfileChange.by's width
 
 
-def lines(text: str) -> list[str]:
+def lines_of(text: str) -> list[str]:
     """The facts of a profile's `text`."""
     return text.split("\n") if text else []
 
@@ -30,15 +34,36 @@ def read(row: Profile | None) -> list[tuple[str, RawSources]]:
     if row is None:
         return []
     stored = json.loads(row.evidence) if row.evidence else []
-    return [(line, stored[n] if n < len(stored) else []) for n, line in enumerate(lines(row.text))]
+    return [
+        (line, stored[n] if n < len(stored) else []) for n, line in enumerate(lines_of(row.text))
+    ]
 
 
-def write(row: Profile, lines: Sequence[tuple[str, RawSources]], now: datetime) -> None:
-    """Store `lines` as a new revision."""
+def write(
+    session: AsyncSession,
+    row: Profile,
+    lines: Sequence[tuple[str, RawSources]],
+    now: datetime,
+    *,
+    by: str,
+) -> None:
+    """Store `lines` as a new revision, made `by` someone ("operator", "model: tidying")."""
+    before = lines_of(row.text)
     row.text = "\n".join(line for line, _ in lines)
     row.evidence = json.dumps([sources for _, sources in lines])
     row.revision += 1
     row.updated_at = now
+    after = lines_of(row.text)
+    session.add(
+        ProfileChange(
+            user_id=row.user_id,
+            revision=row.revision,
+            at=now,
+            by=by[:BY_CHARS],
+            added=json.dumps([line for line in after if line not in before]),
+            removed=json.dumps([line for line in before if line not in after]),
+        )
+    )
 
 
 def renumbered(sources: RawSources, seqs: Mapping[int, int]) -> RawSources:

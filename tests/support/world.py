@@ -219,7 +219,11 @@ async def _the_rest(world: World) -> None:
     )
     view = await profiles.get(ana.user_id)
     await profiles.edit(
-        ana.user_id, view.revision, [Shorten(1, f"likes {MARKER} soup")], world.now()
+        ana.user_id,
+        view.revision,
+        [Shorten(1, f"likes {MARKER} soup")],
+        world.now(),
+        by="model: tidying",
     )
     await profiles.append(bo.user_id, [Fact(f"{OTHER} is Bo's word")], world.now(), chunk_id=None)
     for who, external in ((ana, "100"), (bo, "300")):

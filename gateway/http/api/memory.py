@@ -1,5 +1,6 @@
 """What the assistant remembers of a conversation and a person: the archive's timeline
-and chunks, the profile (edited by numbered line, guarded by its ETag), retired facts."""
+and chunks, the profile (edited by numbered line, guarded by its ETag) with its change
+log, retired facts."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from memory.archive.jobs import SUMMARIZE
 from memory.archive.reads import ChunkView
 from memory.profile.facts import Edit, EditError, Evidence, Remove, Replace, Shorten, StaleRevision
 from memory.profile.facts import ProfileView as Profile
+from memory.profile.profiles import BY_OPERATOR
 
 router = APIRouter(tags=["memory"])
 
@@ -262,7 +264,7 @@ async def edit_profile(
     await _profile(services, user_id)
     try:
         edited = await services.profiles.edit(
-            user_id, revision, body.parsed(), services.clock.now()
+            user_id, revision, body.parsed(), services.clock.now(), by=BY_OPERATOR
         )
     except StaleRevision as exc:
         raise ApiError(
@@ -304,6 +306,43 @@ async def retired_facts(
             )
             for fact_id, fact in shown
         ],
+        next_cursor=next_cursor,
+    )
+
+
+class ChangeOut(BaseModel):
+    id: int
+    revision: int = Field(description="the revision the change made (the ETag's number)")
+    at: datetime
+    by: str = Field(
+        description='who: "operator", "operator: merge", "operator: import", '
+        '"person: /forget", "person: /link", "model: facts from archive #N", "model: tidying"'
+    )
+    added: list[str]
+    removed: list[str]
+
+
+ChangePage = Page[ChangeOut]
+
+
+@router.get("/users/{user_id}/profile/changes", responses=responses(404, 422))
+async def profile_changes(
+    services: ServicesDep,
+    cursors: CursorsDep,
+    user_id: uuid.UUID,
+    limit: LimitQuery = 100,
+    cursor: CursorQuery = None,
+) -> ChangePage:
+    """Who changed the profile, when, and the lines that came and went: newest first."""
+    await _profile(services, user_id)
+    key = scope("profile-changes", user=str(user_id))
+    before = cursors.read(key, cursor)
+    rows = await services.profiles.changes(
+        user_id, before_id=MAX_INT64 if before is None else int(before[0]), limit=limit + 1
+    )
+    shown, next_cursor = cursors.cut(key, rows, limit, lambda change: [change.id])
+    return ChangePage(
+        items=[ChangeOut.model_validate(c, from_attributes=True) for c in shown],
         next_cursor=next_cursor,
     )
 

@@ -381,6 +381,15 @@
       section.append(h("h3", {}, "Retired facts"), h("ul", {}, retired.map((f) =>
         h("li", {}, f.text, h("span", { class: "muted" }, ` · ${f.reason}, ${when(f.retired_at)}`)))));
     }
+    // Who changed it: the model, the person, an operator; newest first.
+    const changes = (await get(`/users/${person.id}/profile/changes?limit=50`)).items;
+    if (changes.length) {
+      section.append(h("h3", {}, "Changes"), h("ol", { class: "changes", "aria-label": "Profile changes" }, changes.map((c) =>
+        h("li", { "data-revision": c.revision },
+          h("span", { class: "muted" }, `revision ${c.revision} · ${when(c.at)} · `), h("strong", {}, c.by),
+          c.added.map((line) => h("div", { class: "added" }, "+ " + line)),
+          c.removed.map((line) => h("div", { class: "removed" }, "− " + line))))));
+    }
   }
 
   async function lookupList(section, conversation) {
