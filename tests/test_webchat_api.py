@@ -111,6 +111,7 @@ async def test_history_pages_by_seq_either_way(
         assert await seqs(before_seq=1) == []
         both = await get(after_seq=1, before_seq=4)
         assert both.status_code == 422
+        assert both.json()["detail"][0]["loc"] == ["query", "before_seq"]
         assert "not both" in both.text
         assert (await get(after_seq=-1)).status_code == 422
         assert (await get(before_seq=0)).status_code == 422

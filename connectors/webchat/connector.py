@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, WebSocket, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 
 from connectors.webchat.identity import IdentityTokens
@@ -17,7 +18,7 @@ from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors
 from gateway.channels.port import Capabilities, Gateway, Pace
-from gateway.errors import AuthError, InputError
+from gateway.errors import AuthError
 from gateway.http.wire import MessageOut
 from gateway.messages import ChatRef, Outbound
 from gateway.secrets import signing_key
@@ -166,7 +167,10 @@ def _router(visitors: Visitors) -> APIRouter:
         elif after_seq is None:
             messages = await visitors.gateway.earlier(conversation, before_seq, limit)
         else:
-            raise InputError("give `after_seq` or `before_seq`, not both")
+            problem = {"loc": ("query", "before_seq"), "type": "value_error"}
+            raise RequestValidationError(
+                [problem | {"msg": "give after_seq or before_seq, not both"}]
+            )
         return HistoryOut(messages=[MessageOut.of(m) for m in messages])
 
     @router.websocket("/webchat/ws")
