@@ -54,14 +54,15 @@ def write(
     row.revision += 1
     row.updated_at = now
     after = lines_of(row.text)
+    was, now_is = set(before), set(after)
     session.add(
         ProfileChange(
             user_id=row.user_id,
             revision=row.revision,
             at=now,
             by=by[:BY_CHARS],
-            added=json.dumps([line for line in after if line not in before]),
-            removed=json.dumps([line for line in before if line not in after]),
+            added=json.dumps([line for line in after if line not in was]),
+            removed=json.dumps([line for line in before if line not in now_is]),
         )
     )
 
