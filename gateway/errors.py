@@ -35,6 +35,15 @@ class AccessRefused(AuthError):
         super().__init__(answer)
 
 
+class ConversationEnded(ParleyError):
+    """The conversation waited on is gone (erased, or deleted by an operator); `notice`
+    says so to the person."""
+
+    def __init__(self, notice: str) -> None:
+        self.notice = notice
+        super().__init__(notice)
+
+
 class InputError(ParleyError):
     """Client input that is refused with a clear reason."""
 

@@ -165,6 +165,7 @@ class Services:
             conversations=repos.conversations,
             erase=repos.erasure.erase_user,
             outbox=outbox,
+            hub=hub,
             clock=clock,
             public_url=settings.public_url,
         ).register(commands)

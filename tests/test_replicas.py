@@ -129,6 +129,23 @@ async def test_a_post_on_one_replica_gets_the_reply_written_on_the_other(
     assert waited < (1.0 if link == "redis" else REPLY_POLL_SECONDS + 1.0)
 
 
+async def test_an_erasure_on_one_replica_ends_the_socket_open_on_the_other(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with replicas(database_url, tmp_path, llm, redis_url=await fresh_redis()) as (a, b):
+        assert b.services.fanout is not None
+        await asyncio.wait_for(b.services.fanout.listening.wait(), 10)
+        token, _ = await a.visitor()
+        asked = (await a.send(token, "/erase")).json()["reply"]["text"]
+        code = asked.split("/erase ")[1].split()[0]
+        async with b.socket(token) as ws:
+            await ws.send('{"type": "resume", "after_seq": 0}')
+            erased = await a.send(token, f"/erase {code}")
+            ended = await next_frame(ws, "ended")
+
+    assert erased.json()["notice"] == ended["text"]
+
+
 async def test_a_replica_killed_mid_turn_leaves_the_conversation_to_the_other(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:

@@ -14,7 +14,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.fakes.llm_server import FakeLLM, Reply
-from tests.support.harness import make_settings, next_frame, running_gateway
+from tests.support.harness import ADMIN_TOKEN, make_settings, next_frame, running_gateway
 
 
 @pytest.mark.parametrize(
@@ -297,3 +297,52 @@ async def test_tokens_survive_a_restart_and_only_open_their_own_conversation(
         assert await gw.history(bob) == []
         session = await gw.http.post("/webchat/sessions")
         assert session.json()["conversation_id"] != alice_conversation
+
+
+async def test_an_erased_conversation_says_so_to_its_open_socket_and_waiting_request(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        asked = (await gw.send(token, "/erase")).json()["reply"]["text"]
+        code = asked.split("/erase ")[1].split()[0]
+        async with gw.socket(token) as ws:
+            await ws.send('{"type": "resume", "after_seq": 0}')
+            # The request that erases waits for its reply, which will never be stored.
+            erased = await gw.send(token, f"/erase {code}")
+            ended = await next_frame(ws, "ended")
+            with pytest.raises(ConnectionClosed) as closed:
+                await next_frame(ws)
+        afterwards = await gw.history(token)
+
+    assert erased.status_code == 200, erased.text
+    assert erased.json()["reply"] is None
+    assert erased.json()["notice"].startswith("Done: everything I kept of you is erased")
+    assert ended == {"type": "ended", "text": erased.json()["notice"]}
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4410
+    assert afterwards == []  # the same token starts from nothing
+
+
+async def test_a_conversation_an_operator_deletes_ends_for_its_open_socket(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, conversation = await gw.visitor()
+        await gw.send(token, "hello")
+        async with gw.socket(token) as ws:
+            await ws.send('{"type": "resume", "after_seq": 2}')
+            deleted = await gw.http.delete(
+                f"/api/v1/sessions/{conversation}",
+                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            )
+            ended = await next_frame(ws, "ended")
+        # The visitor stays: the next socket starts the conversation again from seq 1.
+        async with gw.socket(token) as ws:
+            await ws.send('{"type": "resume", "after_seq": 0}')
+            await ws.send('{"type": "message", "text": "again"}')
+            first = await next_frame(ws, "message")
+
+    assert deleted.status_code == 200, deleted.text
+    assert "deleted by the gateway's operator" in ended["text"]
+    assert (first["seq"], first["text"]) == (1, "again")

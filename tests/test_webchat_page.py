@@ -181,6 +181,35 @@ async def test_a_long_history_opens_at_the_newest_and_reads_back_on_request(
         assert abs(before - after) <= 1, pages
 
 
+async def test_erasing_oneself_clears_the_page_and_writing_again_starts_afresh(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await open_chat(page, gw.url)
+        await send_from_page(page, "something to forget")
+        await expect(page.locator("#log .msg.assistant")).to_have_text(["reply 1"])
+        await send_from_page(page, "/erase")
+        asked = page.locator("#log .msg", has_text="To go ahead, send /erase")
+        await expect(asked).to_have_count(1)
+        code = (await asked.text_content() or "").split("/erase ")[1].split()[0]
+        await send_from_page(page, f"/erase {code}")
+        # Everything shown goes; what is left is the gateway saying it is done.
+        await expect(page.locator("#log .msg.event")).to_have_text(
+            [re.compile("^Done: everything I kept of you is erased")]
+        )
+        await expect(page.locator("#log .msg:not(.event)")).to_have_count(0)
+        await expect(page.locator("#status")).to_have_text("closed")
+        token = await stored_token(page)
+
+        await send_from_page(page, "hello again")
+        await expect(page.locator("#status")).to_have_text("online")
+        await expect(page.locator("#log .msg.assistant")).to_have_count(1)
+        history = await gw.history(token)
+
+    assert [m["text"] for m in history if m["role"] == "user"] == ["hello again"]
+    assert history[0]["seq"] == 1
+
+
 async def test_messages_from_another_client_show_up_live(
     database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
 ) -> None:

@@ -18,7 +18,7 @@ from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors
 from gateway.channels.port import Capabilities, Gateway, Pace
-from gateway.errors import AuthError
+from gateway.errors import AuthError, ConversationEnded
 from gateway.http.wire import MessageOut
 from gateway.messages import ChatRef, Outbound
 from gateway.secrets import signing_key
@@ -144,7 +144,12 @@ def _router(visitors: Visitors) -> APIRouter:
     )
     async def send_message(body: SendIn, visitor_id: VisitorId, response: Response) -> ExchangeOut:
         received = await visitors.submit(visitor_id, body.text, body.client_id)
-        reply = await visitors.gateway.reply_to(received, visitors.settings.reply_wait_seconds)
+        try:
+            reply = await visitors.gateway.reply_to(received, visitors.settings.reply_wait_seconds)
+        except ConversationEnded as ended:
+            return ExchangeOut(
+                message=MessageOut.of(received.message), reply=None, notice=ended.notice
+            )
         if reply is None:
             response.status_code = status.HTTP_202_ACCEPTED
         return ExchangeOut(

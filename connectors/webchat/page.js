@@ -295,6 +295,14 @@
         }
         draft.textContent += f.text;
         log.scrollTop = log.scrollHeight;
+      } else if (f.type === "ended") {
+        // The conversation is gone (erased): what was shown goes, and the page stays quiet
+        // until the visitor writes again.
+        socket = null;
+        started = false;
+        status.textContent = "closed";
+        clearShown();
+        note(f.text);
       } else if (f.type === "error") {
         if (f.code === "unauthorized") forget();
         note(f.detail);
@@ -316,6 +324,11 @@
   // Messages not yet stored stay, to be sent there.
   function forget() {
     store.clear();
+    clearShown();
+  }
+
+  function clearShown() {
+    stopTyping();
     log.replaceChildren(earlier, ...[...pending.values()].map((p) => p.el));
     shown.clear();
     lastSeq = seenSeq = firstSeq = 0;

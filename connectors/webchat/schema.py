@@ -38,6 +38,8 @@ class SendIn(BaseModel):
 class ExchangeOut(BaseModel):
     message: MessageOut
     reply: MessageOut | None
+    # An answer that is not stored: the conversation ended (erased) meanwhile.
+    notice: str | None = None
 
 
 class HistoryOut(BaseModel):

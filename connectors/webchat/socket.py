@@ -22,7 +22,7 @@ from gateway.errors import AccessRefused, AuthError, InputError, RateLimited
 from gateway.http.errors import validation_errors
 from gateway.http.wire import MessageOut
 from gateway.text import MAX_INT64
-from gateway.turns.hub import DeltaEvent, Event, MessageEvent, Overflow, Stored, Typing
+from gateway.turns.hub import DeltaEvent, Ended, Event, MessageEvent, Overflow, Stored, Typing
 
 CATCH_UP_PAGE = 200
 # A resume asking for only the recent messages still gets every unread one, this far back:
@@ -32,6 +32,7 @@ UNREAD_WINDOW = 500
 AUTH_WAIT_SECONDS = 10
 # Close codes: the 4000s mirror the HTTP status a request would have got.
 UNAUTHORIZED = 4401
+GONE = 4410
 TOO_MANY = 4429
 
 
@@ -89,6 +90,11 @@ class _Outbox:
                 await self._stored(event.seq)
             elif isinstance(event, Overflow) and self._sent_seq is not None:
                 await self._catch_up()
+            elif isinstance(event, Ended):
+                # Its seqs mean nothing now: the client starts again, or finds its token
+                # refused (erased), when it next connects.
+                await self._ws.send_json({"type": "ended", "text": event.notice})
+                await self._ws.close(code=GONE)
 
     async def _message(self, message: StoredMessage) -> None:
         if self._sent_seq is not None:

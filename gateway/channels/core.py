@@ -20,11 +20,11 @@ from gateway.channels.outbox import Outbox
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Received
 from gateway.clock import Clock
-from gateway.errors import AccessRefused, InputError
+from gateway.errors import AccessRefused, ConversationEnded, InputError
 from gateway.messages import ChatRef, Inbound
 from gateway.metrics import Metrics
 from gateway.text import clean_inbound
-from gateway.turns.hub import Event, Hub, Overflow, Stored
+from gateway.turns.hub import Ended, Event, Hub, Overflow, Stored
 from gateway.turns.runner import TurnRunner
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage
@@ -172,6 +172,8 @@ class Core:
                         event = await self._next(future, events)
                         if isinstance(event, StoredMessage):
                             return event
+                        if isinstance(event, Ended):
+                            raise ConversationEnded(event.notice)
                         if _may_answer(event, seq):
                             stored = await self._messages.reply_for(conversation_id, seq)
                             if stored is not None:

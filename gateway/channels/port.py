@@ -134,7 +134,9 @@ class Gateway(Protocol):
         ...
 
     async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:
-        """The reply to a received message, waiting up to `wait_seconds` for its turn."""
+        """The reply to a received message, waiting up to `wait_seconds` for its turn;
+        `ConversationEnded` if the conversation is erased meanwhile (say, by this very
+        message: `/erase CODE`)."""
         ...
 
     def events(self, conversation_id: uuid.UUID) -> AbstractContextManager[asyncio.Queue[Event]]:

@@ -15,6 +15,7 @@ from datetime import timedelta
 from gateway.channels.outbox import Outbox
 from gateway.clock import Clock
 from gateway.turns.commands import Commands, Invocation
+from gateway.turns.hub import Ended, Hub
 from memory.storage.conversations import Conversations
 from memory.storage.rights import Rights
 
@@ -43,6 +44,7 @@ class PersonalRights:
         conversations: Conversations,
         erase: Callable[[uuid.UUID], Awaitable[object]],
         outbox: Outbox,
+        hub: Hub,
         clock: Clock,
         public_url: str | None,
     ) -> None:
@@ -50,6 +52,7 @@ class PersonalRights:
         self._conversations = conversations
         self._erase = erase
         self._outbox = outbox
+        self._hub = hub
         self._clock = clock
         self._public_url = None if public_url is None else public_url.rstrip("/")
 
@@ -90,5 +93,8 @@ class PersonalRights:
         chat = await self._outbox.chat_of(invocation.message)
         await self._erase(owner)
         await self._outbox.notify(chat, ERASED_NOTICE)
+        # Where it is open live (the web chat), it hears it there.
+        conversation = invocation.conversation_id
+        self._hub.publish(conversation, Ended(conversation, ERASED_NOTICE))
         # Nowhere to store this answer: the turn sees its message gone and stops.
         return ERASED_NOTICE

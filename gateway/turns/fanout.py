@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.backoff import full_jitter
-from gateway.turns.hub import DeltaEvent, Event, Hub, MessageEvent, Stored, Typing
+from gateway.turns.hub import DeltaEvent, Ended, Event, Hub, MessageEvent, Stored, Typing
 
 log = structlog.get_logger(__name__)
 
@@ -108,6 +108,8 @@ class RedisFanout:
                 event = DeltaEvent(conversation_id, str(item["delta"]))
             elif item.get("typing") is True:
                 event = Typing(conversation_id)
+            elif "ended" in item:
+                event = Ended(conversation_id, str(item["ended"]))
             else:
                 event = Stored(
                     conversation_id, int(item["seq"]), _optional_int(item.get("answers"))
@@ -124,6 +126,8 @@ def _encode(conversation_id: uuid.UUID, event: Event, origin: str) -> str | None
         item["delta"] = event.text
     elif isinstance(event, Typing):
         item["typing"] = True
+    elif isinstance(event, Ended):
+        item["ended"] = event.notice
     elif isinstance(event, MessageEvent):
         item["seq"] = event.message.seq
         item["answers"] = event.message.reply_to_seq

@@ -48,12 +48,21 @@ class Stored:
 
 
 @dataclass(frozen=True, slots=True)
+class Ended:
+    """The conversation is gone (erased, or deleted by an operator): `notice` says so to
+    whoever is still connected to it, the last word it gets."""
+
+    conversation_id: uuid.UUID
+    notice: str
+
+
+@dataclass(frozen=True, slots=True)
 class Overflow:
     """Sent in place of events a subscriber was too slow to take (or that a lost link to
     the other replicas may have dropped): catch up from the database."""
 
 
-Event = MessageEvent | DeltaEvent | Typing | Stored | Overflow
+Event = MessageEvent | DeltaEvent | Typing | Stored | Ended | Overflow
 
 # Where this replica's events go besides its own subscribers (other replicas).
 Forward = Callable[[uuid.UUID, Event], None]

@@ -21,6 +21,7 @@ from gateway.http.api.sessions import Deleted
 from gateway.http.deps import ServicesDep
 from gateway.http.problems import ApiError, not_found, responses
 from gateway.services import Services
+from gateway.turns.hub import Ended
 from memory.portable.export import NoSuchUser
 from memory.portable.format import ExportFormatError
 from memory.portable.tables import ImportConflict, ImportCounts
@@ -30,6 +31,15 @@ router = APIRouter(tags=["people"])
 NDJSON = "application/x-ndjson"
 # How long a delete waits for a running turn of the conversation to end.
 GUARD_SECONDS = 30.0
+# What a person still connected (the web chat) hears when an operator ends it.
+DELETED_NOTICE = (
+    "This conversation was deleted by the gateway's operator. If you write again, it "
+    "starts from nothing."
+)
+ERASED_NOTICE = (
+    "Everything kept of you here was erased by the gateway's operator. If you write "
+    "again, we start from nothing."
+)
 
 
 class Erased(Deleted):
@@ -70,6 +80,7 @@ async def delete_session(services: ServicesDep, session_id: uuid.UUID) -> Delete
         )
     if counts is None:
         raise not_found("session")
+    services.hub.publish(session_id, Ended(session_id, DELETED_NOTICE))
     return Deleted.model_validate(counts, from_attributes=True)
 
 
@@ -83,6 +94,8 @@ async def erase_user(services: ServicesDep, user_id: uuid.UUID) -> Erased:
         counts = await services.repos.erasure.erase_user(user_id)
     if counts is None:
         raise not_found("user")
+    for conversation in found.conversations:
+        services.hub.publish(conversation, Ended(conversation, ERASED_NOTICE))
     return Erased.model_validate(counts, from_attributes=True)
 
 
