@@ -303,6 +303,7 @@
         status.textContent = "closed";
         clearShown();
         note(f.text);
+        refreshUnread();  // nothing is left unread
       } else if (f.type === "error") {
         if (f.code === "unauthorized") forget();
         note(f.detail);
