@@ -86,7 +86,8 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
                 last_inbound_at=seen[channel].last_inbound_at if channel in seen else None,
                 last_sent_at=seen[channel].last_sent_at if channel in seen else None,
                 leader=held.get(channel),
-                connection=_connection(leases.get(channel), now),
+                # A lease a channel no longer runs (polling, switched to a webhook) is old news.
+                connection=_connection(leases.get(channel), now) if channel in enabled else None,
             )
             for channel in sorted(enabled | seen.keys())
         ],
