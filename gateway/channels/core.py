@@ -65,6 +65,8 @@ class Core:
         self._leases = repos.leases
         self._watermarks = repos.watermarks
         self._leader_ttl = leader_ttl
+        # The singletons this replica's connectors run (and so compete for).
+        self.singletons: list[str] = []
         self._reply_poll_seconds = REPLY_POLL_SECONDS if replicas else None
         self.hub = hub
         self._clock = clock
@@ -235,6 +237,7 @@ class Core:
         self, name: str, start: Step, stop: Step, *, state: Callable[[], str] | None = None
     ) -> Leader:
         leader = Leader(self._leases, name, start, stop, ttl=self._leader_ttl, state=state)
+        self.singletons.append(leader.name)
         leader.begin()
         return leader
 

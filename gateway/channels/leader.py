@@ -20,6 +20,7 @@ from memory.storage.leases import Leases
 log = structlog.get_logger(__name__)
 
 Step = Callable[[], Awaitable[None]]
+LEASE_PREFIX = "leader:"
 
 
 class Leader:
@@ -34,7 +35,7 @@ class Leader:
         state: Callable[[], str] | None = None,
     ) -> None:
         self._leases = leases
-        self._name = f"leader:{name}"
+        self.name = f"{LEASE_PREFIX}{name}"
         self._start, self._stop = start, stop
         self._state = state
         self._ttl = ttl
@@ -42,7 +43,7 @@ class Leader:
         self._task: asyncio.Task[None] | None = None
 
     def begin(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=self._name)
+        self._task = asyncio.create_task(self._run(), name=self.name)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -52,14 +53,14 @@ class Leader:
         if self._leading:
             self._leading = False
             await self._stop()
-            await self._leases.release(self._name)
+            await self._leases.release(self.name)
 
     async def _run(self) -> None:
         while True:
             try:
-                ours = await self._leases.claim(self._name, self._ttl, state=self._said())
+                ours = await self._leases.claim(self.name, self._ttl, state=self._said())
             except Exception as exc:  # the database blinked: keep what runs, ask again
-                log.warning("could not claim a leader lease", lease=self._name, error=str(exc))
+                log.warning("could not claim a leader lease", lease=self.name, error=str(exc))
             else:
                 await self._follow(ours)
             await asyncio.sleep(self._ttl.total_seconds() / 3)
@@ -70,11 +71,11 @@ class Leader:
 
     async def _follow(self, ours: bool) -> None:
         if ours and not self._leading:
-            log.info("leading", lease=self._name)
+            log.info("leading", lease=self.name)
             await self._start()
             self._leading = True
         elif not ours and self._leading:
             # This replica stalled past its ttl and another took over: stand down.
-            log.warning("no longer leading", lease=self._name)
+            log.warning("no longer leading", lease=self.name)
             self._leading = False
             await self._stop()

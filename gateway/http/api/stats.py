@@ -9,12 +9,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from gateway.channels.leader import LEASE_PREFIX
 from gateway.http.deps import ServicesDep
 from gateway.http.problems import responses
 from memory.storage.stats import LeaseView
 
 router = APIRouter(tags=["operations"])
-LEADER = "leader:"
 
 
 class ChannelOut(BaseModel):
@@ -70,9 +70,13 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
     since = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
     seen = {c.channel: c for c in await repos.stats.channels()}
     # A singleton is named for its channel first: "discord-gateway", "telegram-polling".
+    # Only what this configuration runs: a lease of what no longer runs (Telegram polling,
+    # since switched to a webhook) is old news.
+    running = set(services.core.singletons)
     leases = {
-        lease.name.removeprefix(LEADER).split("-", 1)[0]: lease
-        for lease in await repos.stats.leases(LEADER)
+        lease.name.removeprefix(LEASE_PREFIX).split("-", 1)[0]: lease
+        for lease in await repos.stats.leases(LEASE_PREFIX)
+        if lease.name in running
     }
     held = {channel: lease.holder for channel, lease in leases.items() if lease.expires_at > now}
     enabled = {connector.channel for connector in services.connectors}
@@ -86,8 +90,7 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
                 last_inbound_at=seen[channel].last_inbound_at if channel in seen else None,
                 last_sent_at=seen[channel].last_sent_at if channel in seen else None,
                 leader=held.get(channel),
-                # A lease a channel no longer runs (polling, switched to a webhook) is old news.
-                connection=_connection(leases.get(channel), now) if channel in enabled else None,
+                connection=_connection(leases.get(channel), now),
             )
             for channel in sorted(enabled | seen.keys())
         ],
