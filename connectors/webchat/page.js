@@ -296,8 +296,8 @@
         draft.textContent += f.text;
         log.scrollTop = log.scrollHeight;
       } else if (f.type === "ended") {
-        // The conversation is gone (erased): what was shown goes, and the page stays quiet
-        // until the visitor writes again.
+        // The conversation is gone (erased, or deleted by an operator): what was shown
+        // goes, and the page stays quiet until the visitor writes again.
         socket = null;
         started = false;
         status.textContent = "closed";

@@ -91,8 +91,7 @@ class _Outbox:
             elif isinstance(event, Overflow) and self._sent_seq is not None:
                 await self._catch_up()
             elif isinstance(event, Ended):
-                # Its seqs mean nothing now: the client starts again, or finds its token
-                # refused (erased), when it next connects.
+                # Its seqs mean nothing now: the client's next connection starts afresh.
                 await self._ws.send_json({"type": "ended", "text": event.notice})
                 await self._ws.close(code=GONE)
 
