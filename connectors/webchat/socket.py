@@ -56,27 +56,28 @@ class _Outbox:
 
     async def resume(self, after_seq: int, recent: int | None = None) -> None:
         async with self._lock:
-            if recent is not None:
-                after_seq = await self._window_start(after_seq, recent)
             self._sent_seq = after_seq
-            await self._catch_up()
+            if recent is not None:
+                for message in await self._window(after_seq, recent):
+                    await self._send_message(message)
+            await self._catch_up()  # what came meanwhile, or all after `after_seq`
 
-    async def _window_start(self, after_seq: int, recent: int) -> int:
-        """The seq to resume after so that the newest `recent` messages are sent, and before
-        them every one not yet read (up to UNREAD_WINDOW back), but nothing up to `after_seq`."""
+    async def _window(self, after_seq: int, recent: int) -> list[StoredMessage]:
+        """The newest `recent` messages and, before them, every one not yet read (up to
+        UNREAD_WINDOW in all); nothing up to `after_seq`. Oldest first, without gaps."""
         newest = await self._gateway.earlier(self._conversation, MAX_INT64, recent)
-        if not newest or newest[0].seq <= after_seq + 1:
-            return after_seq
-        start = newest[0].seq - 1
-        seen = await self._gateway.seen(self._identity)
-        if seen < start:
+        if not newest:
+            return []
+        # What the client holds, or the person has read (on any device).
+        had_up_to = max(after_seq, await self._gateway.seen(self._identity))
+        older: list[StoredMessage] = []
+        if had_up_to < newest[0].seq - 1:
+            # The run just before the newest, unread: a suffix, so no gap before them.
             before = await self._gateway.earlier(
                 self._conversation, newest[0].seq, UNREAD_WINDOW - recent
             )
-            unread = [m.seq for m in before if m.seq > seen]
-            if unread:
-                start = unread[0] - 1
-        return max(after_seq, start)
+            older = [m for m in before if m.seq > had_up_to]
+        return older + [m for m in newest if m.seq > after_seq]
 
     async def event(self, event: Event) -> None:
         async with self._lock:

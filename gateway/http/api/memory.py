@@ -189,17 +189,7 @@ async def lookups(
     )
     shown, next_cursor = cursors.cut(key, rows, limit, lambda row: [row.id])
     return LookupPage(
-        items=[
-            LookupOut(
-                id=row.id,
-                seq=row.seq,
-                tool=row.tool,
-                arguments=row.arguments,
-                result=row.result,
-                created_at=row.created_at,
-            )
-            for row in shown
-        ],
+        items=[LookupOut.model_validate(row, from_attributes=True) for row in shown],
         next_cursor=next_cursor,
     )
 
