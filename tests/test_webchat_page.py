@@ -140,6 +140,9 @@ async def test_reload_shows_the_history_once_and_in_order(
 async def test_a_long_history_opens_at_the_newest_and_reads_back_on_request(
     database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
 ) -> None:
+    # Positions are compared, so nothing may still be gliding: without reduced motion the
+    # log scrolls smoothly to each new message, and a measurement mid-way means nothing.
+    await page.emulate_media(reduced_motion="reduce")
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         await open_chat(page, gw.url)
         token = await stored_token(page)
@@ -166,6 +169,7 @@ async def test_a_long_history_opens_at_the_newest_and_reads_back_on_request(
             await page.locator("#log").evaluate(
                 "log => log.scrollTo({ top: 0, behavior: 'instant' })"
             )
+            await expect(earlier).to_be_in_viewport()
             before = await top_of(first)
             await earlier.click()
             await expect(page.locator("#log .msg")).to_have_count(count)
