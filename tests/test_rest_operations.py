@@ -66,6 +66,10 @@ async def test_two_people_are_merged_and_unlinked_again(
                 ready = await next_frame(ws, "ready")
                 if mark is not None:
                     await ws.send(json.dumps({"type": "seen", "seq": mark}))
+                    # Frames are handled in order: this one's error says the mark is stored
+                    # (closing at once could let the next socket read before it was).
+                    await ws.send(json.dumps({"type": "seen", "seq": -1}))
+                    await next_frame(ws, "error")
             if mark is None:
                 return int(ready["seen_seq"])
             return await seen(token)
