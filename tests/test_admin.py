@@ -25,7 +25,7 @@ from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import ADMIN_TOKEN
 from tests.support.platforms import ADMIN, Platforms, platform_gateway
 from tests.support.polling import eventually
-from tests.support.webpage import TIMEOUT_MS, Line
+from tests.support.webpage import TIMEOUT_MS, Line, screenshot
 from tests.support.world import MARKER, World, build_world
 
 # The fixtures `chromium`, `browser` and `page`.
@@ -64,12 +64,12 @@ async def _api(p: Platforms, method: str, path: str, **kwargs: Any) -> Any:
 
 
 async def test_find_a_person_read_their_memory_and_act_on_it(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
     async with dashboard(database_url, tmp_path, llm) as (p, world):
         url = p.gw.url
         await sign_in(page, url)
-        await page.screenshot(path=tmp_path / "admin-people.png")
+        await screenshot(page, artifacts / "admin-people.png")
 
         # A word only Ana's archived messages hold finds her, and only her.
         await page.get_by_label("Find a person").fill(MARKER)
@@ -79,7 +79,7 @@ async def test_find_a_person_read_their_memory_and_act_on_it(
         await people.first.click()
         await expect(page.get_by_role("heading", name="Ana")).to_be_visible()
         await expect(page.locator("#live")).to_have_text("live")
-        await page.screenshot(path=tmp_path / "admin-conversation.png")
+        await screenshot(page, artifacts / "admin-conversation.png")
 
         # Memory: an archive row down to its verbatim transcript.
         await page.get_by_role("link", name="Memory").click()
@@ -95,7 +95,7 @@ async def test_find_a_person_read_their_memory_and_act_on_it(
             top = inside
         transcript = top.locator("pre.transcript")
         await expect(transcript).to_contain_text(f"{MARKER} number")
-        await page.screenshot(path=tmp_path / "admin-memory.png")
+        await screenshot(page, artifacts / "admin-memory.png")
 
         # A profile line's evidence opens the message it came from.
         line = page.locator("li[data-line='1']")
@@ -138,7 +138,7 @@ async def test_find_a_person_read_their_memory_and_act_on_it(
         gone = await _api(p, "GET", f"/users/{world.ana.user_id}")
 
         await page.set_viewport_size({"width": 360, "height": 740})
-        await page.screenshot(path=tmp_path / "admin-people-360.png", full_page=True)
+        await screenshot(page, artifacts / "admin-people-360.png", full_page=True)
         wide = await page.evaluate("document.documentElement.scrollWidth")
 
     assert [line["text"] for line in after["lines"]] == ["likes soup", "lives by a lake"]
@@ -151,7 +151,7 @@ def _accept(dialog: Dialog) -> Any:
 
 
 async def test_operations_approve_pairing_and_retry_a_failed_delivery(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
     async with dashboard(database_url, tmp_path, llm) as (p, world):
         url = p.gw.url
@@ -166,7 +166,7 @@ async def test_operations_approve_pairing_and_retry_a_failed_delivery(
         await expect(needing).to_have_text(["Ana"])
         await page.get_by_role("link", name="Operations").click()
         await expect(page.locator(f"li[data-message='{failed[0]['id']}']")).to_be_visible()
-        await page.screenshot(path=tmp_path / "admin-operations.png")
+        await screenshot(page, artifacts / "admin-operations.png")
 
         code = pending[0]["code"]
         await page.locator(f"li[data-code='{code}']").get_by_role("button", name="Approve").click()
@@ -279,7 +279,7 @@ async def test_nothing_without_a_session_and_no_change_without_the_csrf_token(
 
 
 async def test_health_shows_channels_and_charts_what_the_database_holds(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
     async with dashboard(database_url, tmp_path, llm) as (p, _):
         await p.telegram(tg.text_update(300, "a message today"))
@@ -292,7 +292,7 @@ async def test_health_shows_channels_and_charts_what_the_database_holds(
         await expect(telegram).to_contain_text("it calls in")  # webhooks: no connection
         charts = page.get_by_role("img")
         await expect(charts).to_have_count(2)
-        await page.screenshot(path=tmp_path / "admin-health.png", full_page=True)
+        await screenshot(page, artifacts / "admin-health.png", full_page=True)
         shown = (
             await page.locator("figure")
             .first.locator("tbody tr")

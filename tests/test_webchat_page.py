@@ -18,7 +18,7 @@ from connectors.webchat.tokens import VisitorTokens
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
 from tests.support.harness import make_settings, running_gateway
 from tests.support.polling import eventually
-from tests.support.webpage import TIMEOUT_MS, Line, open_chat, send_from_page
+from tests.support.webpage import TIMEOUT_MS, Line, open_chat, screenshot, send_from_page
 
 # The fixtures `chromium`, `browser` and `page`.
 pytest_plugins = ["tests.support.browser"]
@@ -387,7 +387,7 @@ async def test_replies_render_as_safe_markdown_and_nothing_else(
 
 
 async def test_dark_mode_and_reduced_motion_are_followed(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
     gate = asyncio.Event()
     llm.script(Reply("done", gate=gate))
@@ -404,7 +404,7 @@ async def test_dark_mode_and_reduced_motion_are_followed(
         still = await dot.evaluate("e => getComputedStyle(e).animationName")
         dark = await page.evaluate("getComputedStyle(document.body).backgroundColor")
         text = await page.evaluate("getComputedStyle(document.body).color")
-        await page.screenshot(path=tmp_path / "dark.png")
+        await screenshot(page, artifacts / "dark.png")
         gate.set()
         await shows(page, ["hello", "done"])
 

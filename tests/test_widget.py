@@ -27,7 +27,7 @@ from tests.support.harness import Gateway, make_settings, running_gateway
 from tests.support.platforms import ADMIN, platform_gateway
 from tests.support.polling import eventually
 from tests.support.servers import serve
-from tests.support.webpage import TIMEOUT_MS, Line, csp_violations
+from tests.support.webpage import TIMEOUT_MS, Line, csp_violations, screenshot
 
 # The fixtures `chromium`, `browser` and `page`.
 pytest_plugins = ["tests.support.browser"]
@@ -107,7 +107,7 @@ async def _open_by_keyboard(page: Page) -> Frame:
 
 
 async def test_the_widget_on_an_allowed_site_chats_and_keeps_its_history(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
     llm.script(Reply("Hello from the shop's assistant."))
     gateway: dict[str, str] = {}
@@ -136,9 +136,9 @@ async def test_the_widget_on_an_allowed_site_chats_and_keeps_its_history(
             # Told by messages of their own, which may land after the reply is shown.
             seen = await eventually(seen_by_host, until=lambda roles: len(roles) >= 2)
             # Artifacts to look at: the open panel, wide and at 360 px.
-            await page.screenshot(path=tmp_path / "widget-desktop.png")
+            await screenshot(page, artifacts / "widget-desktop.png")
             await page.set_viewport_size({"width": 360, "height": 740})
-            await page.screenshot(path=tmp_path / "widget-360.png")
+            await screenshot(page, artifacts / "widget-360.png")
             narrow = await element.bounding_box()
             await frame.get_by_label("Message").press("Escape")
             # The frame asks the page to close it by a message: wait for the page to act.
@@ -297,7 +297,7 @@ async def test_a_reply_cut_off_mid_stream_arrives_whole_and_once_after_the_recon
 
 
 async def test_typing_then_sending_states_and_a_message_written_offline_is_sent_once(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
     gate = asyncio.Event()
     llm.script(Reply("First answer.", gate=gate), Reply("Second answer."))
@@ -321,7 +321,7 @@ async def test_typing_then_sending_states_and_a_message_written_offline_is_sent_
         await box.press("Enter")
         offline = frame.locator(".msg.user").last
         await expect(offline).to_have_attribute("data-state", "sending")
-        await page.screenshot(path=tmp_path / "widget-sending.png")
+        await screenshot(page, artifacts / "widget-sending.png")
         line.up = True
         await expect(frame.locator(".msg:not(.draft)")).to_have_text(
             ["hello", "First answer.", "written on the train", "Second answer."]
@@ -334,7 +334,7 @@ async def test_typing_then_sending_states_and_a_message_written_offline_is_sent_
 
 
 async def test_the_unread_badge_counts_from_where_the_person_stopped_reading(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
     async with shop_and_gateway(database_url, tmp_path, llm) as (shop, gw):
         await page.goto(shop + "/")
@@ -349,7 +349,7 @@ async def test_the_unread_badge_counts_from_where_the_person_stopped_reading(
         assert (await gw.send(token, "from my other tab")).status_code == 200
         one = await _unread(page, until=lambda n: n == 1)
         name = await _launcher_name(page)
-        await page.screenshot(path=tmp_path / "widget-badge.png")
+        await screenshot(page, artifacts / "widget-badge.png")
 
         await page.reload()  # the count comes from the server, not this page's memory
         after_reload = await _unread(page, until=lambda n: n == 1)
@@ -394,7 +394,7 @@ async def test_where_the_frame_has_no_storage_the_host_page_keeps_the_token(
 
 
 async def test_a_telegram_message_of_a_linked_person_appears_in_the_open_panel(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
     secret = "site-identity-secret-0123456789abcdef"
     ada = jwt.encode({"sub": "ada", "exp": int(time.time()) + 600}, secret, algorithm="HS256")
@@ -429,7 +429,7 @@ async def test_a_telegram_message_of_a_linked_person_appears_in_the_open_panel(
         await expect(frame.locator(".msg")).to_have_count(4)
         texts = await frame.locator(".msg").all_text_contents()
         labels = await frame.locator(".msg .via").all_text_contents()
-        await page.screenshot(path=tmp_path / "widget-telegram.png")
+        await screenshot(page, artifacts / "widget-telegram.png")
 
     assert texts == [
         "hello from Telegramvia telegram",
@@ -441,7 +441,7 @@ async def test_a_telegram_message_of_a_linked_person_appears_in_the_open_panel(
 
 
 async def test_the_demo_at_the_root_is_the_widget_under_a_strict_policy(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
     refused = csp_violations(page)
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
@@ -453,7 +453,7 @@ async def test_the_demo_at_the_root_is_the_widget_under_a_strict_policy(
         await expect(frame.locator(".greeting")).to_have_text("Hello! Ask me anything.")
         await _say(frame, "hi")
         await expect(frame.locator(".msg:not(.draft)")).to_have_text(["hi", "reply 1"])
-        await page.screenshot(path=tmp_path / "demo.png")
+        await screenshot(page, artifacts / "demo.png")
 
     assert snippet == f'<script src="{gw.url}/webchat/widget.js" data-title="Help" async></script>'
     assert refused == []

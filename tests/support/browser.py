@@ -7,6 +7,8 @@ skip with a reason when it is missing, except under CI=true, where they fail.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -64,3 +66,16 @@ async def page(browser: Browser) -> AsyncIterator[Page]:
     finally:
         await context.close()
     assert errors == [], f"uncaught errors in the page: {errors}"
+
+
+@pytest.fixture
+def artifacts(request: pytest.FixtureRequest) -> Path:
+    """Where a test saves what people should look at (screenshots): kept after the run,
+    under $PARLEY_TEST_ARTIFACTS (default `test-artifacts/` in the checkout), one folder
+    per test."""
+    root = Path(
+        os.environ.get("PARLEY_TEST_ARTIFACTS") or Path(__file__).parents[2] / "test-artifacts"
+    )
+    folder = root / re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 
 from playwright.async_api import ConsoleMessage, Page, WebSocketRoute, expect
 
@@ -63,3 +64,10 @@ class Line:
             page_side, server_side = self._open.pop()
             await server_side.close()
             await page_side.close(code=1011, reason="line cut")
+
+
+async def screenshot(page: Page, path: Path, *, full_page: bool = False) -> None:
+    """Save a screenshot of `page` at `path` and check a picture was written."""
+    png = await page.screenshot(path=path, full_page=full_page)
+    assert png.startswith(b"\x89PNG"), path
+    assert len(png) > 1000, path
