@@ -256,6 +256,30 @@ async def test_limits_answer_429_with_retry_after(
     assert stored == ["message 0", "reply 1", "message 1", "reply 2"]
 
 
+async def test_a_message_sent_again_is_no_new_message_for_the_rate_limit(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    """A client resends what it wrote after a reconnect; refusing the copy as over the
+    limit would give it back to be sent (and stored) a second time."""
+    settings = make_settings(database_url, tmp_path, llm, webchat_messages_per_minute=1)
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        first = await gw.send(token, "once", client_id="c1")
+        again = await gw.send(token, "once", client_id="c1")
+        async with gw.socket(token) as ws:
+            await ws.send(json.dumps({"type": "message", "text": "once", "client_id": "c1"}))
+            resent = await next_frame(ws, "ack")
+            await ws.send(json.dumps({"type": "message", "text": "new", "client_id": "c2"}))
+            over = await next_frame(ws, "error")
+        stored = await _texts(gw, token)
+
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+    assert resent["seq"] == first.json()["message"]["seq"]
+    assert over["code"] == "rate_limited"
+    assert stored == ["once", "reply 1"]
+
+
 async def test_slow_or_half_sent_requests_are_closed(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:

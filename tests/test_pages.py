@@ -4,6 +4,7 @@ under a CSP that forbids inline script, checked in headless Chromium."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 from pathlib import Path
@@ -73,6 +74,44 @@ async def test_pages_carry_their_policy_and_every_response_says_nosniff(
         _cheap_headers(response)
         assert "content-security-policy" not in response.headers
         assert "x-frame-options" not in response.headers
+
+
+@SQLITE_ONLY
+async def test_the_widget_and_the_frames_files_are_served_gzipped_and_revalidated(
+    database_url: str, tmp_path: Path
+) -> None:
+    files = ["widget.js", "page.js", "markdown.js", "page.css"]
+    async with running_gateway(make_settings(database_url, tmp_path, None)) as gw:
+        # httpx asks for gzip itself and unpacks what comes back.
+        packed = {name: await gw.http.get(f"/webchat/{name}") for name in files}
+        plain = await gw.http.get("/webchat/widget.js", headers={"Accept-Encoding": "identity"})
+        etag = packed["widget.js"].headers["etag"]
+        again = await gw.http.get("/webchat/widget.js", headers={"If-None-Match": etag})
+        other = await gw.http.get("/webchat/widget.js", headers={"If-None-Match": '"old"'})
+
+    source = Path("connectors/webchat")
+    for name, response in packed.items():
+        assert response.headers["content-encoding"] == "gzip", name
+        assert response.content == (source / name).read_bytes()
+        assert response.headers["vary"] == "Accept-Encoding"
+    assert "content-encoding" not in plain.headers
+    assert plain.content == (source / "widget.js").read_bytes()
+    assert plain.headers["cross-origin-resource-policy"] == "cross-origin"
+    assert again.status_code == 304
+    assert again.content == b""
+    assert other.status_code == 200
+
+
+def test_the_readme_says_what_the_widget_and_its_frame_weigh() -> None:
+    source = Path("connectors/webchat")
+    readme = Path("README.md").read_text(encoding="utf-8")
+    widget = (source / "widget.js").read_bytes()
+    weighs = f"{len(widget) / 1000:.1f} kB ({len(gzip.compress(widget, 9)) / 1000:.1f} kB gzipped)"
+    frame = [(source / n).read_bytes() for n in ("page.html", "page.js", "markdown.js", "page.css")]
+    frame_gz = sum(len(gzip.compress(body, 9)) for body in frame)
+
+    assert f"`widget.js` is one self-contained file, {weighs}" in readme
+    assert f"(`/webchat/frame`, {frame_gz / 1000:.1f} kB" in readme
 
 
 async def test_an_html_response_without_a_policy_of_its_own_gets_the_strict_one() -> None:

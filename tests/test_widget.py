@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -17,9 +18,10 @@ from typing import Any
 
 import jwt
 import pytest
+from axe_playwright_python.async_playwright import Axe
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
-from playwright.async_api import Browser, Frame, Page, expect
+from playwright.async_api import Browser, FloatRect, Frame, Page, expect
 
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM, Reply
@@ -27,41 +29,60 @@ from tests.support.harness import Gateway, make_settings, running_gateway
 from tests.support.platforms import ADMIN, platform_gateway
 from tests.support.polling import eventually
 from tests.support.servers import serve
-from tests.support.webpage import TIMEOUT_MS, Line, csp_violations, screenshot
+from tests.support.webpage import TIMEOUT_MS, HoldingLine, Line, csp_violations, screenshot
 
 # The fixtures `chromium`, `browser` and `page`.
 pytest_plugins = ["tests.support.browser"]
+
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
 ]
 
-# A host page as careless (or hostile) as they come, around the one tag.
+# A host page as careless (or hostile) as they come, around the one tag. It records
+# every message the page is posted (so a test can see that no token reaches it).
+# The secret the shop signs its users' identity tokens with.
+SECRET = "site-identity-secret-0123456789abcdef"
+HOSTILE_CSS = (
+    "* { all: unset !important; font-size: 40px !important; } iframe { width: 10px !important; }"
+)
 HOST_PAGE = """<!doctype html>
 <html><head><title>Shop</title>
-<style>* {{ all: unset !important; font-size: 40px !important; }} iframe {{ width: 10px !important; }}</style>
+<style>{css}</style>
 </head><body><p>Our shop</p>
-<script>window.Parley = window.Parley || {{ q: [] }};
+<script>window.heard = [];
+window.addEventListener("message", e => window.heard.push(e.data));
+window.Parley = window.Parley || {{ q: [] }};
 ["open", "close", "identify", "on"].forEach(n => window.Parley[n] = window.Parley[n] ||
   ((...a) => window.Parley.q.push([n, ...a])));
 window.Parley.on("message", m => (window.seen = (window.seen || []).concat([m])));
 window.Parley.on("unread", u => (window.unread = u.count));</script>
-<script src="{gateway}/webchat/widget.js" data-title="Shop chat" async></script>
+<script src="{gateway}/webchat/widget.js" data-title="Shop chat" {attributes} async></script>
 </body></html>"""
 
 
 @contextlib.asynccontextmanager
-async def host_site(gateway: dict[str, str], *, other_site: bool = False) -> AsyncIterator[str]:
-    """A site on an origin of its own; its page embeds the gateway named later.
+async def host_site(
+    gateway: dict[str, str], *, other_site: bool = False, attributes: str = ""
+) -> AsyncIterator[str]:
+    """A site on an origin of its own; its page `/` embeds the gateway named later under
+    hostile CSS, `/plain` without it. `attributes`: more of the script tag's attributes.
 
     `other_site`: on `localhost` rather than the gateway's 127.0.0.1, another site to the
     browser, which then gives the gateway's frame no storage (third-party storage)."""
     app = FastAPI()
 
+    def page(css: str) -> str:
+        return HOST_PAGE.format(gateway=gateway["url"], css=css, attributes=attributes)
+
     @app.get("/", response_class=HTMLResponse)
     async def home() -> str:
-        return HOST_PAGE.format(gateway=gateway["url"])
+        return page(HOSTILE_CSS)
+
+    @app.get("/plain", response_class=HTMLResponse)
+    async def plain() -> str:
+        return page("")
 
     async with serve(app) as url:
         yield url.replace("127.0.0.1", "localhost") if other_site else url
@@ -69,15 +90,37 @@ async def host_site(gateway: dict[str, str], *, other_site: bool = False) -> Asy
 
 @contextlib.asynccontextmanager
 async def shop_and_gateway(
-    database_url: str, tmp_path: Path, llm: FakeLLM, *, other_site: bool = False, **extra: Any
+    database_url: str,
+    tmp_path: Path,
+    llm: FakeLLM,
+    *,
+    other_site: bool = False,
+    attributes: str = "",
+    **extra: Any,
 ) -> AsyncIterator[tuple[str, Gateway]]:
-    """The shop's site, and a gateway that lets it embed the widget."""
+    """The shop's site, and a gateway that lets it embed the widget and takes the
+    identity tokens it signs."""
     gateway: dict[str, str] = {}
-    async with host_site(gateway, other_site=other_site) as shop:
-        settings = make_settings(database_url, tmp_path, llm, webchat_allowed_origins=shop, **extra)
+    async with host_site(gateway, other_site=other_site, attributes=attributes) as shop:
+        settings = make_settings(
+            database_url,
+            tmp_path,
+            llm,
+            webchat_allowed_origins=shop,
+            webchat_identity_secret=SECRET,
+            **extra,
+        )
         async with running_gateway(settings) as gw:
             gateway["url"] = gw.url
             yield shop, gw
+
+
+def _identity_token(sub: str, *, seconds: int = 600, name: str | None = None) -> str:
+    """What the shop signs for its logged-in user `sub`, valid for `seconds` from now."""
+    claims: dict[str, Any] = {"sub": sub, "exp": int(time.time()) + seconds}
+    if name is not None:
+        claims["name"] = name
+    return jwt.encode(claims, SECRET, algorithm="HS256")
 
 
 async def _say(frame: Frame, text: str) -> None:
@@ -125,9 +168,10 @@ async def test_the_widget_on_an_allowed_site_chats_and_keeps_its_history(
             await expect(assistant).to_have_text("Hello from the shop's assistant.")
             element = await frame.frame_element()
             size = await element.bounding_box()
-            font = await frame.locator(".msg.assistant").evaluate(
-                "e => getComputedStyle(e).fontSize"
-            )
+            # New messages are read out: they land in the log, a polite live region.
+            log = frame.get_by_role("log", name="Conversation")
+            await expect(log).to_have_attribute("aria-live", "polite")
+            await expect(log).to_contain_text("Hello from the shop's assistant.")
 
             async def seen_by_host() -> list[str]:
                 roles: list[str] = await page.evaluate("(window.seen || []).map(m => m.role)")
@@ -143,6 +187,15 @@ async def test_the_widget_on_an_allowed_site_chats_and_keeps_its_history(
             await frame.get_by_label("Message").press("Escape")
             # The frame asks the page to close it by a message: wait for the page to act.
             hidden = await eventually(element.is_hidden, until=bool)
+            # The focus is back on the launcher: Enter opens the chat again.
+            await page.keyboard.press("Enter")
+            reopened = await eventually(element.is_visible, until=bool)
+            await expect(box).to_be_focused()
+            # The frame has storage of its own: the token stays there, never the host's.
+            storage = await frame.locator("html").get_attribute("data-storage")
+            heard = json.dumps(await page.evaluate("window.heard"))
+            host_storage = await _host_storage(page)
+            token = await _frame_token(frame)
 
             await page.reload()
             again = await _open_by_keyboard(page)
@@ -153,11 +206,15 @@ async def test_the_widget_on_an_allowed_site_chats_and_keeps_its_history(
 
     assert size is not None
     assert 300 <= size["width"] <= 400  # the host's `iframe { width: 10px }` did not apply
-    assert font != "40px"
     assert narrow is not None
     assert narrow["width"] == 360  # the panel takes the whole of a phone's width
     assert seen[:2] == ["user", "assistant"]
     assert hidden
+    assert reopened
+    assert storage == "frame"
+    assert token not in heard
+    assert "parley:keep" not in heard
+    assert host_storage == {}
     assert history == ["do you ship to Lyon?", "Hello from the shop's assistant."]
     assert title is not None
     assert title.startswith("Shop chat")
@@ -189,43 +246,34 @@ async def test_identified_on_two_devices_one_conversation_and_nobody_elses(
     database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, browser: Browser
 ) -> None:
     llm.script(Reply("Noted, Ada."))
-    gateway: dict[str, str] = {}
-    secret = "site-identity-secret-0123456789abcdef"
-
-    def token(sub: str) -> str:
-        expires = int(time.time()) + 600
-        return jwt.encode({"sub": sub, "name": "Ada", "exp": expires}, secret, algorithm="HS256")
-
-    async with host_site(gateway) as shop:
-        settings = make_settings(
-            database_url,
-            tmp_path,
-            llm,
-            webchat_allowed_origins=shop,
-            webchat_identity_secret=secret,
-        )
-        async with running_gateway(settings) as gw:
-            gateway["url"] = gw.url
-            phone = await _identified(page, shop, token("ada"))
-            box = phone.get_by_label("Message")
-            await box.fill("my parcel number is 77")
-            await box.press("Enter")
-            await expect(phone.locator(".msg.assistant:not(.draft)")).to_have_text("Noted, Ada.")
-            laptop_context = await browser.new_context()
-            stranger_context = await browser.new_context()
-            try:
-                laptop = await _identified(await laptop_context.new_page(), shop, token("ada"))
-                await expect(laptop.locator(".msg")).to_have_count(2)
-                on_laptop = await laptop.locator(".msg").all_text_contents()
-                stranger = await _identified(await stranger_context.new_page(), shop, token("bob"))
-                await expect(stranger.locator("#status")).to_have_text("online")
-                for_stranger = await stranger.locator(".msg").count()
-            finally:
-                await laptop_context.close()
-                await stranger_context.close()
+    async with shop_and_gateway(database_url, tmp_path, llm) as (shop, gw):
+        phone = await _identified(page, shop, _identity_token("ada", name="Ada"))
+        await _say(phone, "my parcel number is 77")
+        await expect(phone.locator(".msg.assistant:not(.draft)")).to_have_text("Noted, Ada.")
+        laptop_context = await browser.new_context()
+        stranger_context = await browser.new_context()
+        try:
+            laptop = await _identified(
+                await laptop_context.new_page(), shop, _identity_token("ada")
+            )
+            await expect(laptop.locator(".msg")).to_have_count(2)
+            on_laptop = await laptop.locator(".msg").all_text_contents()
+            stranger = await _identified(
+                await stranger_context.new_page(), shop, _identity_token("bob")
+            )
+            # The stranger's history has come (a reply to their own words ends it) and
+            # holds nothing of Ada's.
+            await _say(stranger, "hello?")
+            await expect(stranger.locator(".msg:not(.draft)")).to_have_count(2)
+            for_stranger = await stranger.locator(".msg").all_text_contents()
+            stranger_stored = [m["text"] for m in await gw.history(await _frame_token(stranger))]
+        finally:
+            await laptop_context.close()
+            await stranger_context.close()
 
     assert on_laptop == ["my parcel number is 77", "Noted, Ada."]
-    assert for_stranger == 0
+    assert for_stranger == ["hello?", "reply 2"]
+    assert stranger_stored == for_stranger
 
 
 async def _identified(page: Page, shop: str, identity_token: str) -> Frame:
@@ -396,8 +444,7 @@ async def test_where_the_frame_has_no_storage_the_host_page_keeps_the_token(
 async def test_a_telegram_message_of_a_linked_person_appears_in_the_open_panel(
     database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
 ) -> None:
-    secret = "site-identity-secret-0123456789abcdef"
-    ada = jwt.encode({"sub": "ada", "exp": int(time.time()) + 600}, secret, algorithm="HS256")
+    ada = _identity_token("ada")
     gateway: dict[str, str] = {}
     async with (
         host_site(gateway) as shop,
@@ -406,7 +453,7 @@ async def test_a_telegram_message_of_a_linked_person_appears_in_the_open_panel(
             tmp_path,
             llm,
             webchat_allowed_origins=shop,
-            webchat_identity_secret=secret,
+            webchat_identity_secret=SECRET,
         ) as p,
     ):
         gateway["url"] = p.gw.url
@@ -479,3 +526,174 @@ async def _unread(page: Page, until: Callable[[int], bool]) -> int:
     count = await eventually(told, until=lambda n: isinstance(n, int) and until(n))
     assert isinstance(count, int)
     return count
+
+
+async def test_the_host_pages_css_changes_neither_the_launcher_nor_the_panel(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    await page.emulate_media(reduced_motion="reduce")  # nothing moves between the pictures
+    async with shop_and_gateway(database_url, tmp_path, llm) as (shop, _gw):
+
+        async def looks(path: str) -> tuple[bytes, FloatRect | None]:
+            """The launcher's pixels, and where the open panel is, on `path`."""
+            await page.goto(shop + path)
+            frame = await _frame(page)
+            await expect(frame.locator("#text")).to_be_attached()
+            size = page.viewport_size
+            assert size is not None
+            corner = FloatRect(x=size["width"] - 88, y=size["height"] - 88, width=88, height=88)
+            launcher = await page.screenshot(clip=corner)
+            await page.evaluate("window.Parley.open()")
+            element = await frame.frame_element()
+            await expect(frame.get_by_label("Message")).to_be_focused()
+            return launcher, await element.bounding_box()
+
+        plain = await looks("/plain")
+        hostile = await looks("/")
+
+    assert hostile[1] is not None
+    assert hostile[1]["width"] > 300
+    assert hostile == plain
+
+
+async def test_calls_made_before_the_frame_has_loaded_reach_it(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    """`identify()` the moment the script has run, while its frame is still loading; and
+    the tag's options: open at once, on the left, in a light colour."""
+    ada = _identity_token("ada")
+    await page.add_init_script(f"window.TOKEN = {json.dumps(ada)}")
+    attributes = (
+        'data-open data-position="left" data-color="#fde047" '
+        'onload="window.Parley.identify(window.TOKEN)"'
+    )
+    async with shop_and_gateway(database_url, tmp_path, llm, attributes=attributes) as (
+        shop,
+        gw,
+    ):
+        signed_in = await gw.http.post("/webchat/identify", json={"identity_token": ada})
+        await gw.send(signed_in.json()["token"], "written on my phone")
+
+        await page.goto(shop + "/plain")
+        frame = await _frame(page)
+        await expect(frame.locator(".msg")).to_have_text(["written on my phone", "reply 1"])
+        token = await _frame_token(frame)
+        box = await (await frame.frame_element()).bounding_box()
+
+    assert token.startswith("wc2.")  # an identified visitor's token
+    assert box is not None
+    assert box["x"] == 16  # data-position="left"
+
+
+async def test_a_reconnect_resumes_from_the_last_message_shown_not_from_an_ack(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    """The server may ack a message before an earlier one (written elsewhere) has reached
+    the page; a socket lost just then must still bring that earlier one."""
+    line = HoldingLine()
+    await line.install(page)
+    async with shop_and_gateway(database_url, tmp_path, llm) as (shop, gw):
+        await page.goto(shop + "/")
+        frame = await _open_by_keyboard(page)
+        await _say(frame, "hi")
+        await expect(frame.locator(".msg:not(.draft)")).to_have_text(["hi", "reply 1"])
+
+        line.holding = True
+        token = await _frame_token(frame)
+        assert (await gw.send(token, "from my other tab")).status_code == 200  # seqs 3, 4
+        await _say(frame, "and from here")  # seq 5: its ack comes through
+        await expect(frame.locator(".msg.user").last).not_to_have_attribute("data-state", "sending")
+        held = len(line.held)
+        await line.cut(stay_down=False)
+        await expect(frame.locator(".msg:not(.draft)")).to_have_text(
+            ["hi", "reply 1", "from my other tab", "reply 2", "and from here", "reply 3"]
+        )
+        seqs = await frame.locator(".msg").evaluate_all("els => els.map(e => e.dataset.seq)")
+
+    assert held >= 2  # 3 and 4 were held back when the socket went
+    assert seqs == ["1", "2", "3", "4", "5", "6"]
+
+
+async def test_refusals_and_limits_are_said_in_the_panel(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    expired = _identity_token("ada", seconds=-3600)
+    async with shop_and_gateway(
+        database_url,
+        tmp_path,
+        llm,
+        webchat_policy="pairing",
+        webchat_messages_per_minute=1,
+    ) as (shop, gw):
+        await page.goto(shop + "/")
+        frame = await _open_by_keyboard(page)
+        notes = frame.locator(".msg.event")
+        await page.evaluate("t => window.Parley.identify(t)", expired)
+        await expect(notes.last).to_have_text(
+            "Sign-in refused: the identity token has expired: ask the site for a new one"
+        )
+        await _say(frame, "let me in")
+        await expect(notes.last).to_contain_text("Your pairing code is")
+        await _say(frame, "please?")
+        await expect(notes.last).to_have_text("too many messages; try again in a moment")
+        kept = await frame.get_by_label("Message").input_value()
+        stored = await gw.history(await _frame_token(frame))
+
+    assert kept == "please?"  # what was refused goes back into the box
+    assert stored == []  # and nothing of it was stored
+
+
+async def test_the_panel_passes_an_accessibility_check_in_light_and_dark(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, artifacts: Path
+) -> None:
+    llm.script(Reply("Here is **bold**, a [link](https://example.org) and `code`.\n\n- one"))
+    async with shop_and_gateway(database_url, tmp_path, llm) as (shop, _gw):
+        await page.goto(shop + "/")
+        frame = await _open_by_keyboard(page)
+        await _say(frame, "show me everything")
+        await expect(frame.locator(".msg.assistant:not(.draft)")).to_contain_text("Here is")
+        found: dict[str, list[str]] = {}
+        for scheme in ("light", "dark"):
+            await page.emulate_media(color_scheme=scheme, reduced_motion="reduce")
+            results = await Axe().run(frame)
+            found[scheme] = [
+                f"{v['id']}: {[n['target'] for n in v['nodes']]}"
+                for v in results.response["violations"]
+            ]
+            await screenshot(page, artifacts / f"widget-{scheme}.png")
+        background = await frame.evaluate("getComputedStyle(document.body).backgroundColor")
+        # With reduced motion the panel opens without moving; else it rises.
+        animation = {}
+        for motion in ("reduce", "no-preference"):
+            await page.emulate_media(reduced_motion=motion)
+            animation[motion] = await _panel_style(page, "animation-name")
+
+    assert found == {"light": [], "dark": []}
+    assert background != "rgb(255, 255, 255)"  # dark, as asked
+    assert animation == {"reduce": "none", "no-preference": "rise"}
+
+
+async def _panel_style(page: Page, prop: str) -> str:
+    """A computed style of the widget's panel, which sits in a closed shadow root: only
+    the browser's own DevTools protocol reaches it."""
+    cdp = await page.context.new_cdp_session(page)
+    try:
+        await cdp.send("DOM.enable")
+        await cdp.send("CSS.enable")
+        document = await cdp.send("DOM.getDocument", {"depth": -1, "pierce": True})
+        panel = _node(document["root"], lambda n: "panel" in n.get("attributes", [])[1::2])
+        style = await cdp.send("CSS.getComputedStyleForNode", {"nodeId": panel["nodeId"]})
+    finally:
+        await cdp.detach()
+    return next(str(p["value"]) for p in style["computedStyle"] if p["name"] == prop)
+
+
+def _node(node: dict[str, Any], wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The first node of a DevTools DOM tree (shadow roots included) that is `wanted`."""
+    pending = [node]
+    while pending:
+        current = pending.pop(0)
+        if wanted(current):
+            return current
+        pending += current.get("shadowRoots", []) + current.get("children", [])
+    raise LookupError("no such node")

@@ -19,6 +19,7 @@ from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors
 from gateway.channels.port import Capabilities, Gateway, Pace
 from gateway.errors import AuthError, ConversationEnded
+from gateway.http.assets import Asset
 from gateway.http.wire import MessageOut
 from gateway.messages import ChatRef, Outbound
 from gateway.secrets import signing_key
@@ -190,12 +191,19 @@ def _page_router(origins: Sequence[str]) -> APIRouter:
     their own files, served with a CSP that allows nothing else."""
     router = APIRouter(tags=["web chat"])
     page_html = PAGE.read_text(encoding="utf-8")
-    page_css = PAGE_CSS.read_text(encoding="utf-8")
-    page_js = PAGE_JS.read_text(encoding="utf-8")
-    widget_js = WIDGET_JS.read_text(encoding="utf-8")
     demo_html = DEMO.read_text(encoding="utf-8")
-    demo_css = DEMO_CSS.read_text(encoding="utf-8")
-    markdown_js = MARKDOWN_JS.read_text(encoding="utf-8")
+    # Any site may load the loader; what it opens is the framed page below.
+    widget_js = Asset.read(
+        WIDGET_JS,
+        "text/javascript",
+        **{"Cross-Origin-Resource-Policy": "cross-origin", "Cache-Control": "max-age=300"},
+    )
+    files = {
+        "page.js": Asset.read(PAGE_JS, "text/javascript"),
+        "markdown.js": Asset.read(MARKDOWN_JS, "text/javascript"),
+        "page.css": Asset.read(PAGE_CSS, "text/css"),
+        "demo.css": Asset.read(DEMO_CSS, "text/css"),
+    }
     hosts = HOSTS_META.format(hosts=html.escape(" ".join(origins)))
     frame_html = page_html.replace("<head>\n", f"<head>\n{hosts}\n", 1)
     framed = {"Content-Security-Policy": frame_csp(origins)}
@@ -211,32 +219,13 @@ def _page_router(origins: Sequence[str]) -> APIRouter:
     async def frame() -> HTMLResponse:
         return HTMLResponse(frame_html, headers=framed)
 
-    @router.get("/webchat/markdown.js", include_in_schema=False)
-    async def markdown_script() -> Response:
-        return Response(markdown_js, media_type="text/javascript")
-
     @router.get("/webchat/widget.js", include_in_schema=False)
-    async def widget() -> Response:
-        # Any site may load the loader; what it opens is the framed page above.
-        return Response(
-            widget_js,
-            media_type="text/javascript",
-            headers={
-                "Cross-Origin-Resource-Policy": "cross-origin",
-                "Cache-Control": "max-age=300",
-            },
+    async def widget(request: Request) -> Response:
+        return widget_js.response(request)
+
+    for name, asset in files.items():
+        router.add_api_route(
+            f"/webchat/{name}", asset.response, methods=["GET"], include_in_schema=False
         )
-
-    @router.get("/webchat/demo.css", include_in_schema=False)
-    async def demo_style() -> Response:
-        return Response(demo_css, media_type="text/css")
-
-    @router.get("/webchat/page.css", include_in_schema=False)
-    async def page_style() -> Response:
-        return Response(page_css, media_type="text/css")
-
-    @router.get("/webchat/page.js", include_in_schema=False)
-    async def page_script() -> Response:
-        return Response(page_js, media_type="text/javascript")
 
     return router

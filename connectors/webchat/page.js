@@ -26,9 +26,13 @@
   // how many messages are unread and that messages arrived (never their text).
   const framed = window.parent !== window;
   const hosts = (document.querySelector('meta[name="parley-hosts"]')?.content || "").split(" ");
+  const wanted = new URLSearchParams(location.hash.slice(1));
+  // Where ancestorOrigins is missing (Firefox) and the host sends no referrer, the loader's
+  // word for its origin: a false one gains nothing, as the browser delivers our messages
+  // only to that origin and we take theirs only from it.
   const parentOrigin = !framed ? "" :
     (location.ancestorOrigins && location.ancestorOrigins[0]) ||
-    (document.referrer ? new URL(document.referrer).origin : "");
+    (document.referrer ? new URL(document.referrer).origin : wanted.get("host") || "");
   const trusted = parentOrigin !== "" &&
     (parentOrigin === location.origin || hosts.includes(parentOrigin));
   let isOpen = !framed;
@@ -67,8 +71,7 @@
     // The site's title and greeting for its chat, and a way to close it where there is
     // no Escape key.
     const header = document.querySelector("header");
-    const wanted = new URLSearchParams(location.hash.slice(1));
-    if (wanted.get("title")) header.firstChild.textContent = wanted.get("title") + " ";
+    if (wanted.get("title")) document.getElementById("title").textContent = wanted.get("title");
     if (wanted.get("greeting")) {
       const greeting = document.createElement("p");
       greeting.className = "greeting";
@@ -143,6 +146,8 @@
     const r = await fetch("/webchat/sessions", { method: "POST" });
     if (!r.ok) throw new Error("could not start a session");
     t = (await r.json()).token;
+    await signingIn.catch(() => {});
+    if (store.get()) return store.get();  // signed in meanwhile: theirs, not a stranger's
     store.set(t);
     return t;
   }
@@ -161,6 +166,9 @@
 
   // `older`: read back on demand, placed above what is shown without scrolling or noise.
   function show(m, older) {
+    // The server sends stored messages in seq order without gaps: the last one it sent is
+    // where a reconnect resumes. (Not an ack's seq: an ack may overtake a message before it.)
+    if (!older) lastSeq = Math.max(lastSeq, m.seq);
     if (shown.has(m.seq)) return;
     if (m.role !== "user" && !older) { stopTyping(); if (draft) { draft.remove(); draft = null; } }
     const el = bubble(m.role);
@@ -185,7 +193,6 @@
     if (later) log.insertBefore(el, later[1]);
     else if (firstPending) log.insertBefore(el, firstPending.el);
     shown.set(seq, el);
-    lastSeq = Math.max(lastSeq, seq);
     firstSeq = firstSeq ? Math.min(firstSeq, seq) : seq;
     earlier.hidden = reachedStart || firstSeq <= 1;
     if (older) return;

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from connectors.webchat.identity import IdentityTokens
 from connectors.webchat.tokens import VisitorTokens
 from gateway.channels.port import Gateway, IdentityRef, Received
-from gateway.errors import AuthError, InputError
+from gateway.errors import AuthError, InputError, RateLimited
 from gateway.http.ratelimit import RateLimit, Slots
 from gateway.messages import Inbound
 from gateway.settings import Settings
@@ -77,7 +77,21 @@ class Visitors:
         return Visitor(visitor_id, await self.gateway.identity(CHANNEL, visitor_id, VISITOR_NAME))
 
     async def submit(self, visitor_id: str, text: str, client_id: str | None) -> Received:
-        self.messages.take(visitor_id)
+        # Client ids are only unique per visitor; the platform id must be per channel.
+        platform_id = None if client_id is None else f"{visitor_id}:{client_id}"
+        try:
+            self.messages.take(visitor_id)
+        except RateLimited:
+            # A message sent again (after a reconnect) that was stored the first time is
+            # no new message: refusing it would give it back to be sent, and stored, twice.
+            again = (
+                None
+                if platform_id is None
+                else await self.gateway.already_stored(CHANNEL, platform_id)
+            )
+            if again is None:
+                raise
+            return Received(again, (await self.by_id(visitor_id)).identity, created=False)
         if not text.strip():
             raise InputError("text must not be empty")
         limit = self.settings.max_message_chars
@@ -87,8 +101,7 @@ class Visitors:
             channel=CHANNEL,
             external_user_id=visitor_id,
             text=text,
-            # Client ids are only unique per visitor; the platform id must be per channel.
-            platform_message_id=None if client_id is None else f"{visitor_id}:{client_id}",
+            platform_message_id=platform_id,
             display_name=VISITOR_NAME,
         )
         return await self.gateway.receive(inbound)

@@ -11,8 +11,10 @@
   const base = new URL(script.src).origin;
   const options = script.dataset;
   const title = options.title || "Chat";
-  const color = /^#[0-9a-fA-F]{3,8}$/.test(options.color || "") ? options.color : "#2563eb";
+  const color = /^#([0-9a-f]{3,4}|[0-9a-f]{6}|[0-9a-f]{8})$/i.test(options.color || "") ? options.color : "#2563eb";
   const side = options.position === "left" ? "left" : "right";
+  // The icon in white, or in near-black on a light colour, whichever reads better on it.
+  const ink = contrast(color, "#ffffff") >= contrast(color, "#111111") ? "#fff" : "#111";
   // Where the token is kept only if the browser gives the frame no storage of its own.
   const KEPT = "parley.webchat.token@" + base;
   const listeners = {};
@@ -29,10 +31,10 @@
   sheet.replaceSync(`
     :host { all: initial; }
     .launcher { all: initial; box-sizing: border-box; position: fixed; bottom: 16px; ${side}: 16px;
-      width: 56px; height: 56px; border-radius: 50%; background: ${color}; color: #fff;
+      width: 56px; height: 56px; border-radius: 50%; background: ${color}; color: ${ink};
       font: 600 24px/56px system-ui, sans-serif; text-align: center; cursor: pointer;
       box-shadow: 0 2px 10px #0005; }
-    .launcher:focus-visible { outline: 3px solid #fff; outline-offset: -6px; box-shadow: 0 0 0 3px ${color}; }
+    .launcher:focus-visible { outline: 3px solid ${ink}; outline-offset: -6px; box-shadow: 0 0 0 3px ${color}; }
     .launcher svg { vertical-align: middle; }
     .badge { position: absolute; top: -4px; ${side === "right" ? "left" : "right"}: -4px; min-width: 20px;
       height: 20px; padding: 0 5px; box-sizing: border-box; border-radius: 10px; background: #b91c1c;
@@ -71,11 +73,26 @@
   panel.setAttribute("aria-label", title);
   const frame = document.createElement("iframe");
   frame.title = title;
-  const wanted = new URLSearchParams({ title });
+  const wanted = new URLSearchParams({ title, host: location.origin });
   if (options.greeting) wanted.set("greeting", options.greeting);
   frame.src = base + "/webchat/frame#" + wanted;
   panel.append(frame);
   root.append(launcher, panel);
+
+  // WCAG's contrast ratio of two colours written #rgb, #rrggbb (or with alpha, ignored).
+  function contrast(a, b) {
+    const [la, lb] = [a, b].map(luminance).sort((x, y) => y - x);
+    return (la + 0.05) / (lb + 0.05);
+  }
+
+  function luminance(hex) {
+    const h = hex.length < 7 ? [...hex.slice(1, 4)].map((c) => c + c).join("") : hex.slice(1, 7);
+    const [r, g, b] = [0, 2, 4].map((i) => {
+      const c = parseInt(h.slice(i, i + 2), 16) / 255;
+      return c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  }
 
   function emit(event, data) {
     for (const fn of listeners[event] || []) {
@@ -83,8 +100,12 @@
     }
   }
 
+  // Until the frame says it has started, what we tell it waits here: a message posted to
+  // a frame still loading is dropped by the browser (its origin is not yet Parley's).
+  let waiting = [];
   function tell(type, fields) {
-    frame.contentWindow && frame.contentWindow.postMessage({ type, ...fields }, base);
+    if (waiting) waiting.push({ type, ...fields });
+    else frame.contentWindow.postMessage({ type, ...fields }, base);
   }
 
   function label() {
@@ -131,7 +152,11 @@
     if (e.origin !== base || e.source !== frame.contentWindow || !e.data) return;
     const { type } = e.data;
     if (type === "parley:hello") {
-      // The frame has started: hand it our copy of the token only if it has no storage.
+      // The frame has started: what was asked of it meanwhile (an identify before it starts
+      // a visitor's session), then our copy of the token, only if it has no storage.
+      const early = waiting || [];
+      waiting = null;
+      for (const message of early) tell(message.type, message);
       tell("parley:init", { open: !panel.hidden, token: e.data.storage ? undefined : kept() });
     } else if (type === "parley:keep") keep(e.data.token);
     else if (type === "parley:close") close();
@@ -157,8 +182,6 @@
   window.Parley = api;
   label();
   (document.body || document.documentElement).appendChild(host);
-  frame.addEventListener("load", () => {
-    for (const [name, ...args] of queued) if (typeof api[name] === "function") api[name](...args);
-    if (options.open !== undefined && options.open !== "false") open();
-  }, { once: true });
+  for (const [name, ...args] of queued) if (typeof api[name] === "function") api[name](...args);
+  if (options.open !== undefined && options.open !== "false") open();
 })();

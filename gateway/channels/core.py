@@ -212,6 +212,9 @@ class Core:
     ) -> list[StoredMessage]:
         return await self._messages.messages_before(conversation_id, before_seq, limit)
 
+    async def already_stored(self, channel: str, platform_message_id: str) -> StoredMessage | None:
+        return await self._messages.by_platform_id(channel, platform_message_id)
+
     async def seen(self, identity: IdentityRef) -> int:
         return await self._identities.seen_seq(identity.identity_id)
 

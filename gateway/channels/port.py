@@ -125,6 +125,10 @@ class Gateway(Protocol):
         """The `limit` messages just before `before_seq`, oldest first."""
         ...
 
+    async def already_stored(self, channel: str, platform_message_id: str) -> StoredMessage | None:
+        """The message of this platform id, if one was stored (a redelivery), else None."""
+        ...
+
     async def seen(self, identity: IdentityRef) -> int:
         """How far this identity has read its conversation (a seq; 0: nothing)."""
         ...

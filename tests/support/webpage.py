@@ -4,6 +4,7 @@ socket, and watch for Content-Security-Policy refusals."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -64,6 +65,33 @@ class Line:
             page_side, server_side = self._open.pop()
             await server_side.close()
             await page_side.close(code=1011, reason="line cut")
+
+
+class HoldingLine(Line):
+    """A web chat socket whose server frames of stored messages can be held back (as a
+    slow network would), while every other frame (acks, deltas) goes through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = False
+        self.held: list[str] = []
+
+    async def _route(self, page_side: WebSocketRoute) -> None:
+        await super()._route(page_side)
+        if self._open and self._open[-1][0] is page_side:
+            server_side = self._open[-1][1]
+            server_side.on_message(lambda frame: self._from_server(page_side, frame))
+
+    def _from_server(self, page_side: WebSocketRoute, frame: str | bytes) -> None:
+        if self.holding and isinstance(frame, str) and json.loads(frame)["type"] == "message":
+            self.held.append(frame)
+        else:
+            page_side.send(frame)
+
+    async def cut(self, *, stay_down: bool) -> None:
+        """Cut the socket; what was held is lost with it."""
+        self.holding = False
+        await super().cut(stay_down=stay_down)
 
 
 async def screenshot(page: Page, path: Path, *, full_page: bool = False) -> None:
