@@ -103,6 +103,26 @@ async def test_enter_sends_and_the_streamed_reply_becomes_one_assistant_bubble(
         ]
 
 
+async def test_shift_enter_starts_a_new_line_and_enter_sends_both(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        await open_chat(page, gw.url)
+        box = page.get_by_label("Message")
+        await box.press_sequentially("first line")
+        await box.press("Shift+Enter")
+        await box.press_sequentially("second line")
+        typed = await box.input_value()
+        sent_early = await page.locator("#log .msg.user").count()
+        await box.press("Enter")
+        await shows(page, ["first line\nsecond line", "reply 1"])
+        stored = [m["text"] for m in await gw.history(await stored_token(page))]
+
+    assert typed == "first line\nsecond line"
+    assert sent_early == 0
+    assert stored == ["first line\nsecond line", "reply 1"]
+
+
 async def test_reload_shows_the_history_once_and_in_order(
     database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
 ) -> None:

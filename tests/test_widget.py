@@ -579,10 +579,12 @@ async def test_calls_made_before_the_frame_has_loaded_reach_it(
         await expect(frame.locator(".msg")).to_have_text(["written on my phone", "reply 1"])
         token = await _frame_token(frame)
         box = await (await frame.frame_element()).bounding_box()
+        ink = await _widget_style(page, "launcher", "color")
 
     assert token.startswith("wc2.")  # an identified visitor's token
     assert box is not None
     assert box["x"] == 16  # data-position="left"
+    assert ink == "rgb(17, 17, 17)"  # dark on a light yellow, not white
 
 
 async def test_a_reconnect_resumes_from_the_last_message_shown_not_from_an_ack(
@@ -666,22 +668,22 @@ async def test_the_panel_passes_an_accessibility_check_in_light_and_dark(
         animation = {}
         for motion in ("reduce", "no-preference"):
             await page.emulate_media(reduced_motion=motion)
-            animation[motion] = await _panel_style(page, "animation-name")
+            animation[motion] = await _widget_style(page, "panel", "animation-name")
 
     assert found == {"light": [], "dark": []}
     assert background != "rgb(255, 255, 255)"  # dark, as asked
     assert animation == {"reduce": "none", "no-preference": "rise"}
 
 
-async def _panel_style(page: Page, prop: str) -> str:
-    """A computed style of the widget's panel, which sits in a closed shadow root: only
-    the browser's own DevTools protocol reaches it."""
+async def _widget_style(page: Page, part: str, prop: str) -> str:
+    """A computed style of the widget's `part` (its class: `panel`, `launcher`), which
+    sits in a closed shadow root: only the browser's own DevTools protocol reaches it."""
     cdp = await page.context.new_cdp_session(page)
     try:
         await cdp.send("DOM.enable")
         await cdp.send("CSS.enable")
         document = await cdp.send("DOM.getDocument", {"depth": -1, "pierce": True})
-        panel = _node(document["root"], lambda n: "panel" in n.get("attributes", [])[1::2])
+        panel = _node(document["root"], lambda n: part in n.get("attributes", [])[1::2])
         style = await cdp.send("CSS.getComputedStyleForNode", {"nodeId": panel["nodeId"]})
     finally:
         await cdp.detach()
