@@ -24,11 +24,8 @@ PAGE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-FILES = {
-    "admin.js": "text/javascript",
-    "admin.css": "text/css",
-    "signin.js": "text/javascript",
-}
+# The page's scripts are ES modules, one per page, loaded as they are (no build step).
+MEDIA = {".js": "text/javascript", ".css": "text/css"}
 # Close codes of the live socket: the 4000s mirror the HTTP status.
 UNAUTHORIZED = 4401
 FORBIDDEN = 4403
@@ -46,7 +43,11 @@ class SignIn(BaseModel):
 _TEXTS = {
     name: (STATIC / name).read_text(encoding="utf-8") for name in ("signin.html", "admin.html")
 }
-_FILES = {name: ((STATIC / name).read_bytes(), media) for name, media in FILES.items()}
+_FILES = {
+    path.name: (path.read_bytes(), MEDIA[path.suffix])
+    for path in STATIC.iterdir()
+    if path.suffix in MEDIA
+}
 
 
 def _page(name: str, **values: str) -> HTMLResponse:
