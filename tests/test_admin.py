@@ -291,7 +291,7 @@ async def test_health_shows_channels_and_charts_what_the_database_holds(
         await expect(telegram).to_contain_text("yes")
         await expect(telegram).to_contain_text("it calls in")  # webhooks: no connection
         charts = page.get_by_role("img")
-        await expect(charts).to_have_count(2)
+        await expect(charts).to_have_count(3)
         await screenshot(page, artifacts / "admin-health.png", full_page=True)
         shown = (
             await page.locator("figure")

@@ -1,19 +1,19 @@
-"""Operator work over REST: pairing, merging and unlinking people, failed deliveries
-and memory jobs, each checked against what the gateway then does."""
+"""Operator work over REST: pairing, merging and unlinking people, failed deliveries,
+memory jobs and the work still waiting, each checked against what the gateway then does."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from gateway.services import Services
 from memory.storage.engine import session_factory
 from memory.storage.messages import NewMessage
-from memory.storage.models import Chunk, ChunkStatus, Message, Role
+from memory.storage.models import Chunk, ChunkStatus, Delivery, Message, Role
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import TgFail
@@ -200,3 +200,70 @@ async def _failed_chunk(services: Services, session: str) -> int:
         )
         await db.commit()
         return chunk.id
+
+
+async def test_stats_say_how_much_work_waits_and_since_when(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    # No sweep meanwhile: what waits stays waiting.
+    settings = make_settings(database_url, tmp_path, llm, sweep_interval_seconds=3600)
+    async with running_gateway(settings) as gw:
+        empty = (await gw.http.get("/api/v1/stats", headers=ADMIN)).json()["queues"]
+        token, session = await gw.visitor()
+        for text in ("one", "two"):
+            await gw.send(token, text)
+        now = gw.services.clock.now()
+        cut = {"summaries": now - timedelta(hours=3), "extractions": now - timedelta(hours=2)}
+        written = now - timedelta(minutes=5)
+        sessions = session_factory(gw.services.engine)
+        async with sessions() as db:
+            for seq, (status, at) in enumerate(
+                [(ChunkStatus.PENDING, cut["summaries"]), (ChunkStatus.READY, cut["extractions"])]
+            ):
+                db.add(_chunk(uuid.UUID(session), seq, status, at))
+            db.add(_chunk(uuid.UUID(session), 2, ChunkStatus.PENDING, now))
+            await db.commit()
+        await gw.services.repos.messages.add_message(
+            uuid.UUID(session),
+            NewMessage(Role.ASSISTANT, "telegram", "waiting to go", delivery=Delivery.PENDING),
+            now=written,
+        )
+        stats = (await gw.http.get("/api/v1/stats", headers=ADMIN)).json()
+        async with sessions() as db:
+            prompts = list(
+                await db.scalars(
+                    select(Message.prompt_tokens)
+                    .where(Message.prompt_tokens.is_not(None))
+                    .order_by(Message.seq)
+                )
+            )
+
+    nothing = {"waiting": 0, "oldest_at": None}
+    assert empty == {"summaries": nothing, "extractions": nothing, "deliveries": nothing}
+    queues = {
+        name: (queue["waiting"], datetime.fromisoformat(queue["oldest_at"]))
+        for name, queue in stats["queues"].items()
+    }
+    assert queues == {
+        "summaries": (2, cut["summaries"]),
+        "extractions": (1, cut["extractions"]),
+        "deliveries": (1, written),
+    }
+    turns = stats["prompt_tokens_per_turn"]
+    assert [t["prompt_tokens"] for t in turns] == prompts
+    assert len(prompts) == 2
+    assert turns[0]["at"] < turns[1]["at"]
+
+
+def _chunk(conversation_id: uuid.UUID, seq: int, status: ChunkStatus, at: datetime) -> Chunk:
+    return Chunk(
+        conversation_id=conversation_id,
+        level=0,
+        seq_start=seq,
+        seq_end=seq,
+        time_start=at,
+        time_end=at,
+        transcript="[…] something\n",
+        status=status,
+        created_at=at,
+    )

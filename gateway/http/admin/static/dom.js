@@ -62,3 +62,12 @@ export function refresh() { return again(); }
 
 // A wide table scrolls inside its own box on a narrow screen, not the page.
 export function scroller(table) { return h("div", { class: "scroll" }, table); }
+
+// How long ago `iso` was, roughly: "40 s", "12 min", "3 h", "2 d".
+export function ago(iso) {
+  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["min", 60]]) {
+    if (seconds >= size) return `${Math.floor(seconds / size)} ${unit}`;
+  }
+  return `${Math.floor(seconds)} s`;
+}
