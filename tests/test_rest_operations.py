@@ -1,11 +1,12 @@
-"""Operator work over REST: pairing, merging and unlinking people, failed deliveries,
-memory jobs and the work still waiting, each checked against what the gateway then does."""
+"""Operator work over REST: pairing (and the people it concerns), merging and unlinking
+people, failed deliveries, memory jobs and the work still waiting, each checked against
+what the gateway then does."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import select, update
@@ -17,6 +18,7 @@ from memory.storage.models import Chunk, ChunkStatus, Delivery, Message, Role
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import TgFail
+from tests.support.clock import ManualClock
 from tests.support.harness import ADMIN_TOKEN, make_settings, next_frame, running_gateway
 from tests.support.platforms import platform_gateway
 from tests.support.polling import eventually
@@ -200,6 +202,54 @@ async def _failed_chunk(services: Services, session: str) -> int:
         )
         await db.commit()
         return chunk.id
+
+
+async def test_people_asking_to_be_let_in_are_found_by_the_pairing_filter(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    clock = ManualClock(datetime.now(UTC))
+    async with platform_gateway(database_url, tmp_path, llm, clock=clock) as p:
+        for person in (STRANGER, OTHER):
+            await p.telegram(tg.text_update(person, "hello"))
+        await p.tg.wait_until(lambda f: bool(f.texts(STRANGER)) and bool(f.texts(OTHER)))
+        pairings = p.gw.services.repos.pairings
+
+        async def asking() -> tuple[list[str], list[str]]:
+            """Whom the pairing filter lists, and whom the list of everyone flags."""
+            found = await p.gw.http.get("/api/v1/users", params={"needs": "pairing"}, headers=ADMIN)
+            everyone = await p.gw.http.get("/api/v1/users", headers=ADMIN)
+            assert found.status_code == everyone.status_code == 200, found.text
+            return (
+                [person["display_name"] for person in found.json()["items"]],
+                [
+                    person["display_name"]
+                    for person in everyone.json()["items"]
+                    if person["state"]["pairing_pending"]
+                ],
+            )
+
+        # The stranger's Telegram asks again (its channel turned `pairing`), and someone
+        # nobody knows asks too: only a known person is a person to list.
+        await pairings.request_pairing(
+            "telegram", str(STRANGER), "Test", now=clock.now(), ttl=timedelta(hours=1), cap=10
+        )
+        await pairings.request_pairing(
+            "telegram", "999", "Nobody", now=clock.now(), ttl=timedelta(hours=1), cap=10
+        )
+        while_waiting = await asking()
+        clock.advance(timedelta(hours=2))
+        once_expired = await asking()
+        again = await pairings.request_pairing(
+            "telegram", str(STRANGER), "Test", now=clock.now(), ttl=timedelta(hours=1), cap=10
+        )
+        assert again is not None
+        approved = await p.gw.http.post(f"/api/v1/pairing/{again.code}/approve", headers=ADMIN)
+        once_approved = await asking()
+
+    assert while_waiting == (["Test User"], ["Test User"])
+    assert once_expired == ([], [])
+    assert approved.status_code == 200, approved.text
+    assert once_approved == ([], [])
 
 
 async def test_stats_say_how_much_work_waits_and_since_when(

@@ -6,6 +6,7 @@ export function stateBadges(state) {
     state.owes_reply ? h("span", { class: "badge warn" }, "awaiting reply") : null,
     state.failed_deliveries ? h("span", { class: "badge bad" }, `${state.failed_deliveries} failed deliveries`) : null,
     state.archive_errors ? h("span", { class: "badge bad" }, `${state.archive_errors} archive errors`) : null,
+    state.pairing_pending ? h("span", { class: "badge warn" }, "pairing pending") : null,
   ];
 }
 

@@ -1,17 +1,15 @@
 // Work that waits on an operator: pairing requests, failed deliveries, stuck jobs.
 import { api, get } from "./api.js";
 import { action, h, say, show, when } from "./dom.js";
+import { pairingList } from "./pairing.js";
 
 export async function operationsPage() {
   const pairing = h("section", {}, h("h2", {}, "Pairing requests"));
   const deliveries = h("section", {}, h("h2", {}, "Failed deliveries"));
   const jobs = h("section", {}, h("h2", {}, "Archive and profile jobs that keep failing"));
   show("Operations", h("h1", {}, "Operations"), pairing, deliveries, jobs);
-  const requests = (await get("/pairing")).items.filter((p) => !p.approved_at);
-  pairing.append(requests.length ? h("ul", { class: "list" }, requests.map((p) => h("li", { "data-code": p.code },
-    `${p.display_name || p.external_id} on ${p.channel} · code ${p.code} · asked ${when(p.created_at)} `,
-    action("Approve", async () => { await api("POST", `/pairing/${p.code}/approve`); say(`Approved ${p.code}.`); await operationsPage(); }, "primary"),
-    action("Reject", async () => { await api("POST", `/pairing/${p.code}/reject`); say(`Rejected ${p.code}.`); await operationsPage(); })))) : h("p", {}, "None waiting."));
+  const requests = (await get("/pairing")).items;
+  pairing.append(requests.length ? pairingList(requests, operationsPage) : h("p", {}, "None waiting."));
   const failed = (await get("/deliveries?state=failed&limit=100")).items;
   deliveries.append(failed.length ? h("ul", { class: "list" }, failed.map((m) => h("li", { "data-message": m.id },
     `${m.channel} · #${m.seq} · ${when(m.created_at)} · `, h("span", { class: "badge bad" }, m.delivery_error || "refused"), " ",

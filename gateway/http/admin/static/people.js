@@ -2,10 +2,12 @@
 import { get } from "./api.js";
 import { identityBadges, stateBadges } from "./badges.js";
 import { conversation } from "./conversation.js";
-import { h, show, when } from "./dom.js";
+import { h, refresh, show, when } from "./dom.js";
 import { memory } from "./memory.js";
+import { pairingList } from "./pairing.js";
 
-const NEEDS = [["", "everyone"], ["reply", "awaiting a reply"], ["delivery", "a failed delivery"], ["archive", "an archive error"]];
+const NEEDS = [["", "everyone"], ["reply", "awaiting a reply"], ["delivery", "a failed delivery"],
+  ["archive", "an archive error"], ["pairing", "a pairing request"]];
 
 export async function peoplePage(params) {
   const q = params.get("q") || "";
@@ -25,11 +27,18 @@ export async function peoplePage(params) {
     h("label", { for: "needs" }, "with"), filter,
     h("button", { type: "submit" }, "Search"));
   const list = h("ul", { class: "list", "aria-label": "People" });
-  show("People", h("h1", {}, "People"), form, list);
+  // Who asks to be let in comes first: without a search or with the pairing filter.
+  const asking = h("section", { "aria-label": "Asking to be let in" });
+  show("People", h("h1", {}, "People"), form, asking, list);
   const query = new URLSearchParams({ limit: "100" });
   if (q) query.set("q", q);
   if (needs) query.set("needs", needs);
-  const page = await get("/users?" + query);
+  const [page, requests] = await Promise.all([get("/users?" + query),
+    !q && (!needs || needs === "pairing") ? get("/pairing") : { items: [] }]);
+  if (requests.items.length) {
+    asking.append(h("h2", {}, "Asking to be let in"), pairingList(requests.items, refresh),
+      h("h2", {}, needs ? "Known people with a request" : "Everyone"));
+  }
   if (!page.items.length) list.append(h("li", {}, q || needs ? "Nobody matches." : "Nobody yet."));
   for (const person of page.items) {
     list.append(h("li", {},
