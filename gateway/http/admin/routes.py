@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.http.deps import OperatorsDep, ServicesDep
 from gateway.http.operators import OperatorAuth
 from gateway.http.problems import ApiError, responses
-from gateway.turns.hub import DeltaEvent, Event, Typing
+from gateway.turns.hub import DeliveryChanged, DeltaEvent, Event, Typing
 
 STATIC = Path(__file__).with_name("static")
 # Scripts, styles, the socket and pictures from this origin only; framed by nobody.
@@ -110,8 +110,9 @@ async def live(
     session: Annotated[uuid.UUID, Query()],
 ) -> None:
     """A doorbell: `{"type": "changed"}` whenever the conversation stores a message here
-    or on another replica; the page reads what is new from the REST API by seq, so a
-    missed ring (a reconnect) costs nothing."""
+    or on another replica, `{"type": "delivery", "seq": N}` when message N's delivery
+    moved on; the page reads what is new from the REST API by seq, so a missed ring (a
+    reconnect) costs nothing."""
     await websocket.accept()
     reason = await _refusal(websocket, operators)
     if reason is not None:
@@ -146,5 +147,7 @@ async def _refusal(websocket: WebSocket, operators: OperatorAuth) -> tuple[int, 
 async def _ring(websocket: WebSocket, events: "asyncio.Queue[Event]") -> None:
     while True:
         event = await events.get()
-        if not isinstance(event, DeltaEvent | Typing):
+        if isinstance(event, DeliveryChanged):
+            await websocket.send_json({"type": "delivery", "seq": event.seq})
+        elif not isinstance(event, DeltaEvent | Typing):
             await websocket.send_json({"type": "changed"})

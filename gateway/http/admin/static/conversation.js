@@ -73,6 +73,19 @@ export async function conversation(body, id, focus) {
     }
   }
 
+  // One message read again (its delivery moved on), if it is shown.
+  async function reread(seq) {
+    if (!shown.has(seq)) return;
+    (await page(`after_seq=${seq - 1}&limit=1`)).filter((m) => m.seq === seq).forEach(render);
+  }
+
+  // On (re)connecting: whatever was new meanwhile, and how the pending replies went.
+  async function resync() {
+    await catchUp();
+    const pending = [...shown].filter(([, el]) => el.dataset.delivery === "pending").map(([seq]) => seq);
+    await Promise.all(pending.map(reread));
+  }
+
   (await page(`before_seq=${NEWEST}`)).forEach(render);
   if (shown.size < PAGE) older.hidden = true;
   if (focus) {
@@ -80,11 +93,13 @@ export async function conversation(body, id, focus) {
     const el = shown.get(focus);
     if (el) { el.classList.add("focus"); el.scrollIntoView({ block: "center" }); }
   } else list.lastElementChild && list.lastElementChild.scrollIntoView({ block: "end" });
-  onLeave(live(body, id, catchUp));
+  onLeave(live(body, id, { changed: catchUp, delivery: reread, ready: resync }));
 }
 
-// The doorbell: any change rings; it reconnects with backoff when the socket drops.
-function live(body, id, catchUp) {
+// The doorbell: a new message rings `changed`, a delivery that moved on `delivery`
+// (with its seq); it reconnects with backoff when the socket drops, and `ready` then
+// reads whatever was missed.
+function live(body, id, on) {
   let socket = null, backoff = 500, stopped = false;
   const status = h("span", { class: "muted", id: "live" }, "connecting…");
   body.parentElement.querySelector("h1").after(status);
@@ -94,7 +109,9 @@ function live(body, id, catchUp) {
     socket.onmessage = (e) => {
       const frame = JSON.parse(e.data);
       if (frame.type === "ready") { status.textContent = "live"; backoff = 500; }
-      if (frame.type === "ready" || frame.type === "changed") catchUp().catch((err) => say(err.message));
+      const run = frame.type === "ready" ? on.ready() : frame.type === "changed" ? on.changed()
+        : frame.type === "delivery" ? on.delivery(frame.seq) : null;
+      if (run) run.catch((err) => say(err.message));
     };
     socket.onclose = () => {
       if (stopped) return;
