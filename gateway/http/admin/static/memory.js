@@ -130,8 +130,9 @@ async function profileLines(section, person) {
   section.append(h("p", { class: "muted" }, `revision ${profile.revision}`), profile.lines.length ? list : h("p", {}, "Nothing yet."));
   const retired = (await get(`/users/${person.id}/retired-facts?limit=100`)).items;
   if (retired.length) {
-    section.append(h("h3", {}, "Retired facts"), h("ul", {}, retired.map((f) =>
-      h("li", {}, f.text, h("span", { class: "muted" }, ` · ${f.reason}, ${when(f.retired_at)}`)))));
+    section.append(h("h3", {}, "Retired facts"), h("ul", { "aria-label": "Retired facts" }, retired.map((f) =>
+      h("li", { "data-reason": f.reason }, h("span", { class: "fact" }, f.text),
+        h("span", { class: "muted" }, ` · ${f.reason}, ${when(f.retired_at)}`)))));
   }
   // Who changed it: the model, the person, an operator; newest first.
   const changes = (await get(`/users/${person.id}/profile/changes?limit=50`)).items;
@@ -147,7 +148,7 @@ async function profileLines(section, person) {
 async function lookupList(section, conversation) {
   const items = (await get(`/sessions/${conversation}/lookups?limit=50`)).items;
   if (!items.length) { section.append(h("p", {}, "No lookups yet.")); return; }
-  section.append(h("ul", { class: "list" }, items.map((l) => h("li", {},
+  section.append(h("ul", { class: "list", "aria-label": "Lookups" }, items.map((l) => h("li", {},
     h("strong", {}, l.tool), " ", h("code", {}, l.arguments),
     h("span", { class: "muted" }, ` · answering #${l.seq}, ${when(l.created_at)}`),
     h("details", {}, h("summary", {}, "what it read"), h("pre", { class: "transcript" }, l.result))))));
