@@ -108,7 +108,7 @@ class Stats:
             return [TurnPrompt(r.created_at, r.prompt_tokens) for r in rows][::-1]
 
     async def queues(self) -> Queues:
-        ready_unread = (
+        facts_to_take = (
             Chunk.status == ChunkStatus.READY,
             Chunk.level == 0,
             Chunk.facts_extracted.is_(False),
@@ -118,7 +118,7 @@ class Stats:
                 summaries=await _queue(
                     session, Chunk.created_at, Chunk.status == ChunkStatus.PENDING
                 ),
-                extractions=await _queue(session, Chunk.created_at, *ready_unread),
+                extractions=await _queue(session, Chunk.created_at, *facts_to_take),
                 deliveries=await _queue(
                     session, Message.created_at, Message.delivery == Delivery.PENDING
                 ),
