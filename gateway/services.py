@@ -18,7 +18,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.channels.core import Core
-from gateway.channels.delivery import DeliveryLoop, RetryPolicy
+from gateway.channels.delivery import DeliveryLoop, RetryPolicy, Settled
 from gateway.channels.linking import Linking
 from gateway.channels.operator_messages import OperatorMessages
 from gateway.channels.outbox import Outbox
@@ -37,7 +37,7 @@ from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.text import clean
 from gateway.turns.commands import Commands
-from gateway.turns.hub import Hub
+from gateway.turns.hub import DeliveryChanged, Hub
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.profile_commands import register_profile_commands
@@ -131,9 +131,11 @@ class Services:
         # turn would cost it a third of its turn throughput at concurrency 8.
         shared_leases = None if settings.is_sqlite else repos.leases
         connectors = enabled_connectors(settings)
-        delivery = _delivery_loop(settings, repos, clock, metrics, shared_leases)
-        outbox = Outbox(connectors, repos, delivery)
         hub, commands = Hub(), Commands()
+        delivery = _delivery_loop(
+            settings, repos, clock, metrics, shared_leases, partial(_announce, repos, hub)
+        )
+        outbox = Outbox(connectors, repos, delivery)
         runner = TurnRunner(
             messages=repos.messages,
             conversations=repos.conversations,
@@ -304,6 +306,7 @@ def _delivery_loop(
     clock: Clock,
     metrics: Metrics,
     lanes: Leases | None,
+    settled: Settled,
 ) -> DeliveryLoop:
     retry = RetryPolicy(
         settings.delivery_max_attempts,
@@ -319,7 +322,16 @@ def _delivery_loop(
         metrics=metrics,
         lanes=lanes,
         lane_ttl=timedelta(seconds=settings.turn_lease_seconds),
+        settled=settled,
     )
+
+
+async def _announce(repos: Repositories, hub: Hub, message_id: int) -> None:
+    """A reply's delivery moved on: whoever shows it (the dashboard) reads it again."""
+    message = await repos.messages.message_by_id(message_id)
+    if message is not None:
+        conversation = message.conversation_id
+        hub.publish(conversation, DeliveryChanged(conversation, message.seq))
 
 
 def _replica_name(settings: Settings) -> str:

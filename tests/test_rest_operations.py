@@ -1,22 +1,24 @@
-"""Operator work over REST: pairing, merging and unlinking people, failed deliveries
-and memory jobs, each checked against what the gateway then does."""
+"""Operator work over REST: pairing (and the people it concerns), merging and unlinking
+people, failed deliveries, memory jobs and the work still waiting, each checked against
+what the gateway then does."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from gateway.services import Services
 from memory.storage.engine import session_factory
 from memory.storage.messages import NewMessage
-from memory.storage.models import Chunk, ChunkStatus, Message, Role
+from memory.storage.models import Chunk, ChunkStatus, Delivery, Message, Role
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import TgFail
+from tests.support.clock import ManualClock
 from tests.support.harness import ADMIN_TOKEN, make_settings, next_frame, running_gateway
 from tests.support.platforms import platform_gateway
 from tests.support.polling import eventually
@@ -200,3 +202,118 @@ async def _failed_chunk(services: Services, session: str) -> int:
         )
         await db.commit()
         return chunk.id
+
+
+async def test_people_asking_to_be_let_in_are_found_by_the_pairing_filter(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    clock = ManualClock(datetime.now(UTC))
+    async with platform_gateway(database_url, tmp_path, llm, clock=clock) as p:
+        for person in (STRANGER, OTHER):
+            await p.telegram(tg.text_update(person, "hello"))
+        await p.tg.wait_until(lambda f: bool(f.texts(STRANGER)) and bool(f.texts(OTHER)))
+        pairings = p.gw.services.repos.pairings
+
+        async def asking() -> tuple[list[str], list[str]]:
+            """Whom the pairing filter lists, and whom the list of everyone flags."""
+            found = await p.gw.http.get("/api/v1/users", params={"needs": "pairing"}, headers=ADMIN)
+            everyone = await p.gw.http.get("/api/v1/users", headers=ADMIN)
+            assert found.status_code == everyone.status_code == 200, found.text
+            return (
+                [person["display_name"] for person in found.json()["items"]],
+                [
+                    person["display_name"]
+                    for person in everyone.json()["items"]
+                    if person["state"]["pairing_pending"]
+                ],
+            )
+
+        # The stranger's Telegram asks again (its channel turned `pairing`), and someone
+        # nobody knows asks too: only a known person is a person to list.
+        await pairings.request_pairing(
+            "telegram", str(STRANGER), "Test", now=clock.now(), ttl=timedelta(hours=1), cap=10
+        )
+        await pairings.request_pairing(
+            "telegram", "999", "Nobody", now=clock.now(), ttl=timedelta(hours=1), cap=10
+        )
+        while_waiting = await asking()
+        clock.advance(timedelta(hours=2))
+        once_expired = await asking()
+        again = await pairings.request_pairing(
+            "telegram", str(STRANGER), "Test", now=clock.now(), ttl=timedelta(hours=1), cap=10
+        )
+        assert again is not None
+        approved = await p.gw.http.post(f"/api/v1/pairing/{again.code}/approve", headers=ADMIN)
+        once_approved = await asking()
+
+    assert while_waiting == (["Test User"], ["Test User"])
+    assert once_expired == ([], [])
+    assert approved.status_code == 200, approved.text
+    assert once_approved == ([], [])
+
+
+async def test_stats_say_how_much_work_waits_and_since_when(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    # No sweep meanwhile: what waits stays waiting.
+    settings = make_settings(database_url, tmp_path, llm, sweep_interval_seconds=3600)
+    async with running_gateway(settings) as gw:
+        empty = (await gw.http.get("/api/v1/stats", headers=ADMIN)).json()["queues"]
+        token, session = await gw.visitor()
+        for text in ("one", "two"):
+            await gw.send(token, text)
+        now = gw.services.clock.now()
+        cut = {"summaries": now - timedelta(hours=3), "extractions": now - timedelta(hours=2)}
+        written = now - timedelta(minutes=5)
+        sessions = session_factory(gw.services.engine)
+        async with sessions() as db:
+            for seq, (status, at) in enumerate(
+                [(ChunkStatus.PENDING, cut["summaries"]), (ChunkStatus.READY, cut["extractions"])]
+            ):
+                db.add(_chunk(uuid.UUID(session), seq, status, at))
+            db.add(_chunk(uuid.UUID(session), 2, ChunkStatus.PENDING, now))
+            await db.commit()
+        await gw.services.repos.messages.add_message(
+            uuid.UUID(session),
+            NewMessage(Role.ASSISTANT, "telegram", "waiting to go", delivery=Delivery.PENDING),
+            now=written,
+        )
+        stats = (await gw.http.get("/api/v1/stats", headers=ADMIN)).json()
+        async with sessions() as db:
+            prompts = list(
+                await db.scalars(
+                    select(Message.prompt_tokens)
+                    .where(Message.prompt_tokens.is_not(None))
+                    .order_by(Message.seq)
+                )
+            )
+
+    nothing = {"waiting": 0, "oldest_at": None}
+    assert empty == {"summaries": nothing, "extractions": nothing, "deliveries": nothing}
+    queues = {
+        name: (queue["waiting"], datetime.fromisoformat(queue["oldest_at"]))
+        for name, queue in stats["queues"].items()
+    }
+    assert queues == {
+        "summaries": (2, cut["summaries"]),
+        "extractions": (1, cut["extractions"]),
+        "deliveries": (1, written),
+    }
+    turns = stats["prompt_tokens_per_turn"]
+    assert [t["prompt_tokens"] for t in turns] == prompts
+    assert len(prompts) == 2
+    assert turns[0]["at"] < turns[1]["at"]
+
+
+def _chunk(conversation_id: uuid.UUID, seq: int, status: ChunkStatus, at: datetime) -> Chunk:
+    return Chunk(
+        conversation_id=conversation_id,
+        level=0,
+        seq_start=seq,
+        seq_end=seq,
+        time_start=at,
+        time_end=at,
+        transcript="[…] something\n",
+        status=status,
+        created_at=at,
+    )

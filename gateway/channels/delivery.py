@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -36,6 +36,9 @@ from memory.storage.leases import Leases
 from memory.storage.models import Delivery
 
 log = structlog.get_logger(__name__)
+
+# Told the id of a reply whose delivery was settled (sent, or failed for good).
+Settled = Callable[[int], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +69,10 @@ class DeliveryLoop:
         metrics: Metrics | None = None,
         lanes: Leases | None = None,
         lane_ttl: timedelta = timedelta(seconds=30),
+        settled: Settled | None = None,
     ) -> None:
         self._metrics = metrics or Metrics()
+        self._settled = settled
         # With leases, a chat's lane is worked by one replica at a time (None: this
         # process is the only one).
         self._lane_leases = lanes
@@ -119,8 +124,9 @@ class DeliveryLoop:
         except DeliveryError as exc:
             log.warning("delivery failed", message_id=outbound.message_id, error=exc.reason)
             await self._deliveries.attempt_failed(outbound.message_id, exc.reason, final=True)
-            return
-        await self._deliveries.sent(outbound.message_id)
+        else:
+            await self._deliveries.sent(outbound.message_id)
+        await self._tell(outbound.message_id)
 
     async def _work(self, lane: Hashable) -> None:
         queue = self._lanes[lane]
@@ -185,6 +191,16 @@ class DeliveryLoop:
                     return
                 await self._retry_later(sender, part, failure, failures)
         await self._deliveries.sent(outbound.message_id)
+        await self._tell(outbound.message_id)
+
+    async def _tell(self, message_id: int) -> None:
+        """Say that a reply's delivery is settled; a failure to say it costs only that."""
+        if self._settled is None:
+            return
+        try:
+            await self._settled(message_id)
+        except Exception:
+            log.exception("could not announce a delivery", message_id=message_id)
 
     async def _settle_uncertain(self, outbound: Outbound, part: int) -> int:
         """How many parts to skip for one the last process may or may not have sent."""
@@ -240,3 +256,4 @@ class DeliveryLoop:
         log.warning("delivery failed", message_id=outbound.message_id, error=reason)
         self._metrics.deliveries.labels(outbound.channel, "failed").inc()
         await self._deliveries.attempt_failed(outbound.message_id, reason, final=True)
+        await self._tell(outbound.message_id)

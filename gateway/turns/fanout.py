@@ -21,7 +21,16 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.backoff import full_jitter
-from gateway.turns.hub import DeltaEvent, Ended, Event, Hub, MessageEvent, Stored, Typing
+from gateway.turns.hub import (
+    DeliveryChanged,
+    DeltaEvent,
+    Ended,
+    Event,
+    Hub,
+    MessageEvent,
+    Stored,
+    Typing,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -110,6 +119,8 @@ class RedisFanout:
                 event = Typing(conversation_id)
             elif "ended" in item:
                 event = Ended(conversation_id, str(item["ended"]))
+            elif "delivery" in item:
+                event = DeliveryChanged(conversation_id, int(item["delivery"]))
             else:
                 event = Stored(
                     conversation_id, int(item["seq"]), _optional_int(item.get("answers"))
@@ -128,6 +139,8 @@ def _encode(conversation_id: uuid.UUID, event: Event, origin: str) -> str | None
         item["typing"] = True
     elif isinstance(event, Ended):
         item["ended"] = event.notice
+    elif isinstance(event, DeliveryChanged):
+        item["delivery"] = event.seq
     elif isinstance(event, MessageEvent):
         item["seq"] = event.message.seq
         item["answers"] = event.message.reply_to_seq

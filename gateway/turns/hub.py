@@ -48,6 +48,15 @@ class Stored:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveryChanged:
+    """Stored message `seq` changed its delivery (sent, failed, sent again): whoever
+    shows it (the dashboard) reads it again."""
+
+    conversation_id: uuid.UUID
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class Ended:
     """The conversation is gone (erased, or deleted by an operator): `notice` says so to
     whoever is still connected to it, the last word it gets."""
@@ -62,7 +71,7 @@ class Overflow:
     the other replicas may have dropped): catch up from the database."""
 
 
-Event = MessageEvent | DeltaEvent | Typing | Stored | Ended | Overflow
+Event = MessageEvent | DeltaEvent | Typing | Stored | DeliveryChanged | Ended | Overflow
 
 # Where this replica's events go besides its own subscribers (other replicas).
 Forward = Callable[[uuid.UUID, Event], None]

@@ -24,6 +24,7 @@ from memory.storage.models import (
     Delivery,
     Identity,
     Message,
+    PairingRequest,
     User,
 )
 
@@ -57,6 +58,8 @@ class PersonState:
     owes_reply: bool = False  # a message of theirs is still unanswered
     failed_deliveries: int = 0
     archive_errors: int = 0  # chunks whose summary keeps failing
+    # One of their identities asked to be let in on a `pairing` channel and waits.
+    pairing_pending: bool = False
 
 
 class Need(StrEnum):
@@ -65,6 +68,7 @@ class Need(StrEnum):
     REPLY = "reply"  # a message of theirs is still unanswered
     DELIVERY = "delivery"  # a reply the platform refused
     ARCHIVE = "archive"  # a summary that keeps failing
+    PAIRING = "pairing"  # an identity's pairing request waits for an operator
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +101,13 @@ class Directory:
         limit: int,
         said_in: Sequence[uuid.UUID] = (),
         needs: Need | None = None,
+        now: datetime,
     ) -> list[PersonView]:
         """`q` in a name, or (`said_in`) people whose own conversation is one of these;
-        `needs`: only people whose conversation needs that."""
+        `needs`: only people whose conversation (or identity) needs that."""
         query = _newest_first(select(User), User, after).limit(limit)
         if needs is not None:
-            query = query.where(_needing(needs))
+            query = query.where(_needing(needs, now))
         if q:
             named = or_(_has(User.display_name, q), _identity_named(User.id, q))
             said = exists().where(Conversation.user_id == User.id, Conversation.id.in_(said_in))
@@ -111,7 +116,9 @@ class Directory:
             users = list(await session.scalars(query))
             return [await _person(session, user) for user in users]
 
-    async def states(self, user_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, PersonState]:
+    async def states(
+        self, user_ids: Sequence[uuid.UUID], *, now: datetime
+    ) -> dict[uuid.UUID, PersonState]:
         if not user_ids:
             return {}
         own = Conversation.user_id.in_(user_ids)
@@ -128,8 +135,17 @@ class Directory:
                 session, own, Message, Message.delivery == Delivery.FAILED
             )
             stuck = await _count_per_person(session, own, Chunk, Chunk.status == ChunkStatus.FAILED)
+            asking = set(
+                await session.scalars(
+                    select(Identity.user_id).where(
+                        Identity.user_id.in_(user_ids), _asking(Identity, now)
+                    )
+                )
+            )
         return {
-            user: PersonState(user in owing, failed.get(user, 0), stuck.get(user, 0))
+            user: PersonState(
+                user in owing, failed.get(user, 0), stuck.get(user, 0), user in asking
+            )
             for user in user_ids
         }
 
@@ -205,8 +221,10 @@ def _conditions(where: SessionFilter) -> list[Any]:
     return conditions
 
 
-def _needing(need: Need) -> Any:
+def _needing(need: Need, now: datetime) -> Any:
     own = Conversation.user_id == User.id
+    if need is Need.PAIRING:
+        return exists().where(Identity.user_id == User.id, _asking(Identity, now))
     if need is Need.REPLY:
         return exists().where(own, Conversation.last_user_seq > Conversation.answered_seq)
     rows, condition = (
@@ -215,6 +233,16 @@ def _needing(need: Need) -> Any:
         else (Chunk, Chunk.status == ChunkStatus.FAILED)
     )
     return exists().where(own, rows.conversation_id == Conversation.id, condition)
+
+
+def _asking(identity: type[Identity], now: datetime) -> Any:
+    """The identity has a pairing request waiting (not approved, not expired)."""
+    return exists().where(
+        PairingRequest.channel == identity.channel,
+        PairingRequest.external_id == identity.external_id,
+        PairingRequest.approved_at.is_(None),
+        PairingRequest.expires_at > now,
+    )
 
 
 async def _count_per_person(

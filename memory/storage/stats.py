@@ -1,5 +1,5 @@
 """What the dashboard charts: messages per day and channel, the prompt's size per turn,
-and when each channel last heard from someone or sent something."""
+when each channel last heard from someone or sent something, and how much work waits."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.models import Delivery, Lease, Message, Role
+from memory.storage.models import Chunk, ChunkStatus, Delivery, Lease, Message, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,27 @@ class DayPrompt:
     turns: int
     mean: int
     largest: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPrompt:
+    at: datetime  # when the reply was stored
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """Work waiting: how much, and since when the oldest piece has (None: none waits)."""
+
+    depth: int
+    oldest_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Queues:
+    summaries: Queue  # chunks still to summarise (since cut; failing ones are errors)
+    extractions: Queue  # summarised chunks whose facts are still to take (since cut)
+    deliveries: Queue  # replies stored and not yet taken by their platform
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +95,35 @@ class Stats:
             )
             return [DayPrompt(str(r.day), r.n, round(r.mean), r.largest) for r in rows]
 
+    async def prompt_per_turn(self, since: datetime, limit: int) -> list[TurnPrompt]:
+        """The newest `limit` model replies since `since` with their prompt's size,
+        oldest first."""
+        async with self._sessions() as session:
+            rows = await session.execute(
+                select(Message.created_at, Message.prompt_tokens)
+                .where(Message.created_at >= since, Message.prompt_tokens.is_not(None))
+                .order_by(Message.created_at.desc(), Message.id.desc())
+                .limit(limit)
+            )
+            return [TurnPrompt(r.created_at, r.prompt_tokens) for r in rows][::-1]
+
+    async def queues(self) -> Queues:
+        facts_to_take = (
+            Chunk.status == ChunkStatus.READY,
+            Chunk.level == 0,
+            Chunk.facts_extracted.is_(False),
+        )
+        async with self._sessions() as session:
+            return Queues(
+                summaries=await _queue(
+                    session, Chunk.created_at, Chunk.status == ChunkStatus.PENDING
+                ),
+                extractions=await _queue(session, Chunk.created_at, *facts_to_take),
+                deliveries=await _queue(
+                    session, Message.created_at, Message.delivery == Delivery.PENDING
+                ),
+            )
+
     async def channels(self) -> list[ChannelSeen]:
         async with self._sessions() as session:
             inbound = await _latest(session, Message.role == Role.USER)
@@ -89,6 +139,11 @@ class Stats:
         async with self._sessions() as session:
             rows = await session.scalars(select(Lease).where(Lease.name.startswith(prefix)))
             return [LeaseView(r.name, r.holder, r.expires_at, r.state) for r in rows]
+
+
+async def _queue(session: AsyncSession, at: Any, *where: Any) -> Queue:
+    row = (await session.execute(select(func.count(), func.min(at)).where(*where))).one()
+    return Queue(int(row[0]), row[1])
 
 
 async def _latest(session: AsyncSession, *where: Any) -> dict[str, datetime]:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.http.deps import OperatorsDep, ServicesDep
 from gateway.http.operators import OperatorAuth
 from gateway.http.problems import ApiError, responses
-from gateway.turns.hub import DeltaEvent, Event, Typing
+from gateway.turns.hub import DeliveryChanged, DeltaEvent, Event, Typing
 
 STATIC = Path(__file__).with_name("static")
 # Scripts, styles, the socket and pictures from this origin only; framed by nobody.
@@ -24,11 +24,8 @@ PAGE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-FILES = {
-    "admin.js": "text/javascript",
-    "admin.css": "text/css",
-    "signin.js": "text/javascript",
-}
+# The page's scripts are ES modules, one per page, loaded as they are (no build step).
+MEDIA = {".js": "text/javascript", ".css": "text/css"}
 # Close codes of the live socket: the 4000s mirror the HTTP status.
 UNAUTHORIZED = 4401
 FORBIDDEN = 4403
@@ -46,7 +43,11 @@ class SignIn(BaseModel):
 _TEXTS = {
     name: (STATIC / name).read_text(encoding="utf-8") for name in ("signin.html", "admin.html")
 }
-_FILES = {name: ((STATIC / name).read_bytes(), media) for name, media in FILES.items()}
+_FILES = {
+    path.name: (path.read_bytes(), MEDIA[path.suffix])
+    for path in STATIC.iterdir()
+    if path.suffix in MEDIA
+}
 
 
 def _page(name: str, **values: str) -> HTMLResponse:
@@ -109,8 +110,9 @@ async def live(
     session: Annotated[uuid.UUID, Query()],
 ) -> None:
     """A doorbell: `{"type": "changed"}` whenever the conversation stores a message here
-    or on another replica; the page reads what is new from the REST API by seq, so a
-    missed ring (a reconnect) costs nothing."""
+    or on another replica, `{"type": "delivery", "seq": N}` when message N's delivery
+    moved on; the page reads what is new from the REST API by seq, so a missed ring (a
+    reconnect) costs nothing."""
     await websocket.accept()
     reason = await _refusal(websocket, operators)
     if reason is not None:
@@ -145,5 +147,7 @@ async def _refusal(websocket: WebSocket, operators: OperatorAuth) -> tuple[int, 
 async def _ring(websocket: WebSocket, events: "asyncio.Queue[Event]") -> None:
     while True:
         event = await events.get()
-        if not isinstance(event, DeltaEvent | Typing):
+        if isinstance(event, DeliveryChanged):
+            await websocket.send_json({"type": "delivery", "seq": event.seq})
+        elif not isinstance(event, DeltaEvent | Typing):
             await websocket.send_json({"type": "changed"})

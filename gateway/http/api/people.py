@@ -39,6 +39,8 @@ class StateOut(BaseModel):
     owes_reply: bool
     failed_deliveries: int
     archive_errors: int
+    # An identity of theirs asked to be let in on a `pairing` channel (GET /pairing).
+    pairing_pending: bool
 
 
 class UserOut(BaseModel):
@@ -84,7 +86,11 @@ async def list_users(
     cursors: CursorsDep,
     q: Annotated[StorableText | None, Query(max_length=200)] = None,
     needs: Annotated[
-        Need | None, Query(description="only people whose conversation needs this")
+        Need | None,
+        Query(
+            description="only people whose conversation needs this (`pairing`: one of "
+            "whose identities waits to be let in)"
+        ),
     ] = None,
     limit: LimitQuery = 50,
     cursor: CursorQuery = None,
@@ -99,6 +105,7 @@ async def list_users(
         limit=limit + 1,
         said_in=said_in,
         needs=needs,
+        now=services.clock.now(),
     )
     shown, next_cursor = cursors.cut(key, people, limit, by_creation)
     return UserPage(items=await _with_states(services, shown), next_cursor=next_cursor)
@@ -110,7 +117,7 @@ async def get_user(services: ServicesDep, user_id: uuid.UUID) -> UserOut:
 
 
 async def _with_states(services: Services, people: list[PersonView]) -> list[UserOut]:
-    states = await services.repos.directory.states([p.id for p in people])
+    states = await services.repos.directory.states([p.id for p in people], now=services.clock.now())
     return [UserOut.of(p, states[p.id]) for p in people]
 
 

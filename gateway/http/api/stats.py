@@ -1,5 +1,6 @@
-"""How the gateway is doing: channels, the archive's backlog, and the daily numbers the
-dashboard charts (messages per channel; the prompt's size, to see memory keep it bounded)."""
+"""How the gateway is doing: channels, the archive's backlog, the work waiting (and for
+how long), and the numbers the dashboard charts (messages per channel and day; the
+prompt's size per turn and per day, to see memory keep it bounded)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from pydantic import BaseModel
 from gateway.channels.leader import LEASE_PREFIX
 from gateway.http.deps import ServicesDep
 from gateway.http.problems import responses
-from memory.storage.stats import LeaseView
+from memory.storage.stats import LeaseView, Queue
+
+# Turns charted one by one (the newest of the window): enough to see a trend.
+TURNS_CHARTED = 500
 
 router = APIRouter(tags=["operations"])
 
@@ -50,21 +54,48 @@ class DayPromptOut(BaseModel):
     largest: int
 
 
+class TurnOut(BaseModel):
+    at: datetime
+    prompt_tokens: int
+
+
+class QueueOut(BaseModel):
+    waiting: int
+    # Since when the oldest one has waited (a chunk: since it was cut; a reply: since it
+    # was written); None: nothing waits.
+    oldest_at: datetime | None
+
+    @classmethod
+    def of(cls, queue: Queue) -> QueueOut:
+        return cls(waiting=queue.depth, oldest_at=queue.oldest_at)
+
+
+class QueuesOut(BaseModel):
+    summaries: QueueOut  # archive chunks still to summarise (failing ones not counted)
+    extractions: QueueOut  # summarised chunks whose facts are still to take
+    deliveries: QueueOut  # replies stored that their platform has not taken yet
+
+
 class StatsOut(BaseModel):
     replica: str  # this replica's name in leases
     channels: list[ChannelOut]
     archive: ArchiveOut
+    queues: QueuesOut
     messages_per_day: list[DayCountOut]
     prompt_tokens_per_day: list[DayPromptOut]
+    # The newest turns of the window (up to 500), oldest first.
+    prompt_tokens_per_turn: list[TurnOut]
     # What a prompt may never exceed (the context window less the reply's room).
     prompt_limit: int
 
 
 @router.get("/stats", responses=responses(422))
 async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)] = 30) -> StatsOut:
-    """Channels with when they last heard and sent; the archive's backlog; per UTC day
-    over the last `days`, messages by channel and the prompt tokens of model replies
-    (estimated when the reply was written: mean and largest)."""
+    """Channels with when they last heard and sent; the archive's backlog; how many
+    summaries, fact extractions and deliveries wait, and since when the oldest has; per
+    UTC day over the last `days`, messages by channel and the prompt tokens of model
+    replies (estimated when the reply was written: mean and largest), and those of the
+    newest turns one by one."""
     repos = services.repos
     now = services.clock.now()
     since = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -81,6 +112,7 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
     held = {channel: lease.holder for channel, lease in leases.items() if lease.expires_at > now}
     enabled = {connector.channel for connector in services.connectors}
     backlog = await services.archive.backlog()
+    queues = await repos.stats.queues()
     return StatsOut(
         replica=repos.leases.holder,
         channels=[
@@ -99,6 +131,11 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
             to_extract=backlog.to_extract,
             oldest_waiting=backlog.oldest_waiting,
         ),
+        queues=QueuesOut(
+            summaries=QueueOut.of(queues.summaries),
+            extractions=QueueOut.of(queues.extractions),
+            deliveries=QueueOut.of(queues.deliveries),
+        ),
         messages_per_day=[
             DayCountOut(day=d.day, channel=d.channel, messages=d.messages)
             for d in await repos.stats.messages_per_day(since)
@@ -106,6 +143,10 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
         prompt_tokens_per_day=[
             DayPromptOut(day=d.day, turns=d.turns, mean=d.mean, largest=d.largest)
             for d in await repos.stats.prompt_per_day(since)
+        ],
+        prompt_tokens_per_turn=[
+            TurnOut(at=t.at, prompt_tokens=t.tokens)
+            for t in await repos.stats.prompt_per_turn(since, TURNS_CHARTED)
         ],
         prompt_limit=services.settings.llm_context_tokens - services.settings.llm_max_reply_tokens,
     )

@@ -1,0 +1,125 @@
+// One conversation, merged across channels, live: a socket rings on every change and
+// what is new is read by seq from the REST API, so a missed ring costs nothing.
+import { api, get } from "./api.js";
+import { action, h, onLeave, say, when } from "./dom.js";
+
+const NEWEST = "9007199254740991";
+const PAGE = 100;
+
+export async function conversation(body, id, focus) {
+  const list = h("ol", { class: "messages", "aria-label": "Messages", "aria-live": "polite" });
+  const shown = new Map();  // seq -> element
+  let lastSeq = 0;
+  const text = h("textarea", { id: "operator-text", rows: 2, required: true });
+  const send = h("form", { class: "row", onsubmit: async (e) => {
+    e.preventDefault();
+    try {
+      await api("POST", `/sessions/${id}/messages`, { text: text.value });
+      text.value = "";
+      say("Sent, labelled as from an operator.");
+    } catch (err) { say(err.message); }
+  } }, h("label", { for: "operator-text" }, "Message from an operator"), text, h("button", { type: "submit", class: "primary" }, "Send"));
+  const older = action("Show older", () => loadOlder());
+  body.append(older, list, send);
+
+  // Every message in seq order, once: a newer view of one (its delivery) replaces it.
+  function render(m) {
+    const el = message(m);
+    const old = shown.get(m.seq);
+    if (old) old.replaceWith(el);
+    else {
+      const later = [...shown.keys()].filter((s) => s > m.seq).sort((a, b) => a - b)[0];
+      if (later !== undefined) list.insertBefore(el, shown.get(later)); else list.append(el);
+    }
+    shown.set(m.seq, el);
+    lastSeq = Math.max(lastSeq, m.seq);
+  }
+
+  function message(m) {
+    const parts = [`#${m.seq}`, when(m.created_at), m.role];
+    if (m.source) parts.push(`[source: ${m.source}]`);
+    if (m.author_name && m.role === "user") parts.push(m.author_name);
+    const el = h("li", { class: `message ${m.role}`, id: `m${m.seq}`, "data-seq": m.seq, "data-delivery": String(m.delivery) },
+      h("header", {}, parts.join(" · "), " ", h("span", { class: "badge" }, m.channel),
+        m.delivery && m.delivery !== "sent" ? h("span", { class: `badge ${m.delivery === "failed" ? "bad" : "warn"}` }, m.delivery) : null),
+      m.text);
+    if (m.delivery === "failed") {
+      el.append(h("div", { class: "muted reason" }, m.delivery_error || "the platform refused it"),
+        action("Retry delivery", async () => {
+          render((await api("POST", `/deliveries/${m.id}/retry`)).data);
+          say("Queued to be sent again.");
+        }));
+    }
+    return el;
+  }
+
+  async function page(query) {
+    return (await get(`/sessions/${id}/messages?limit=${PAGE}&${query}`)).items;
+  }
+
+  async function loadOlder() {
+    const first = Math.min(...shown.keys(), Number(NEWEST));
+    const items = await page(`before_seq=${first}`);
+    items.forEach(render);
+    if (items.length < PAGE) older.hidden = true;
+  }
+
+  // Everything after the last seq shown, page by page: after a reconnect, nothing missed.
+  async function catchUp() {
+    for (;;) {
+      const items = await page(`after_seq=${lastSeq}`);
+      items.forEach(render);
+      if (items.length < PAGE) return;
+    }
+  }
+
+  // One message read again (its delivery moved on), if it is shown.
+  async function reread(seq) {
+    if (!shown.has(seq)) return;
+    (await page(`after_seq=${seq - 1}&limit=1`)).filter((m) => m.seq === seq).forEach(render);
+  }
+
+  // On (re)connecting: whatever was new meanwhile, and how the pending replies went.
+  async function resync() {
+    await catchUp();
+    const pending = [...shown].filter(([, el]) => el.dataset.delivery === "pending").map(([seq]) => seq);
+    await Promise.all(pending.map(reread));
+  }
+
+  (await page(`before_seq=${NEWEST}`)).forEach(render);
+  if (shown.size < PAGE) older.hidden = true;
+  if (focus) {
+    if (!shown.has(focus)) (await page(`after_seq=${focus - 1}&limit=1`)).slice(0, 1).forEach(render);
+    const el = shown.get(focus);
+    if (el) { el.classList.add("focus"); el.scrollIntoView({ block: "center" }); }
+  } else list.lastElementChild && list.lastElementChild.scrollIntoView({ block: "end" });
+  onLeave(live(body, id, { changed: catchUp, delivery: reread, ready: resync }));
+}
+
+// The doorbell: a new message rings `changed`, a delivery that moved on `delivery`
+// (with its seq); it reconnects with backoff when the socket drops, and `ready` then
+// reads whatever was missed.
+function live(body, id, on) {
+  let socket = null, backoff = 500, stopped = false;
+  const status = h("span", { class: "muted", id: "live" }, "connecting…");
+  body.parentElement.querySelector("h1").after(status);
+  function connect() {
+    const proto = location.protocol === "https:" ? "wss:" : "ws:";
+    socket = new WebSocket(`${proto}//${location.host}/admin/live?session=${id}`);
+    socket.onmessage = (e) => {
+      const frame = JSON.parse(e.data);
+      if (frame.type === "ready") { status.textContent = "live"; backoff = 500; }
+      const run = frame.type === "ready" ? on.ready() : frame.type === "changed" ? on.changed()
+        : frame.type === "delivery" ? on.delivery(frame.seq) : null;
+      if (run) run.catch((err) => say(err.message));
+    };
+    socket.onclose = () => {
+      if (stopped) return;
+      status.textContent = "reconnecting…";
+      setTimeout(connect, backoff);
+      backoff = Math.min(backoff * 2, 10000);
+    };
+  }
+  connect();
+  return () => { stopped = true; if (socket) socket.close(); };
+}

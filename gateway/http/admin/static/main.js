@@ -1,0 +1,29 @@
+// The operator dashboard: a client of the REST API (/api/v1), one module per page.
+// Routes: #/people, #/people/ID[/memory][?seq=N], #/operations, #/health.
+import { CSRF, reach } from "./api.js";
+import { guarded, h, setRefresh, show } from "./dom.js";
+import { healthPage } from "./health.js";
+import { operationsPage } from "./operations.js";
+import { peoplePage, personPage } from "./people.js";
+
+async function route() {
+  const [path, query] = (location.hash.slice(1) || "/people").split("?");
+  const params = new URLSearchParams(query || "");
+  const parts = path.split("/").filter(Boolean);
+  try {
+    if (parts[0] === "operations") await operationsPage();
+    else if (parts[0] === "health") await healthPage();
+    else if (parts[0] === "people" && parts[1]) await personPage(parts[1], parts[2] === "memory" ? "memory" : "conversation", params);
+    else await peoplePage(params);
+  } catch (err) {
+    if (err.status !== 401) show("Problem", h("h1", {}, "Something went wrong"), h("p", { role: "alert" }, err.message));
+  }
+}
+
+document.getElementById("signout").addEventListener("click", guarded(async () => {
+  await reach("/admin/session", { method: "DELETE", headers: { "X-CSRF-Token": CSRF } });
+  location.assign("/admin/signin");
+}));
+setRefresh(route);
+window.addEventListener("hashchange", route);
+route();
