@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query, Request, Response, WebSocket, WebSocketDis
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.http.assets import Asset
 from gateway.http.deps import OperatorsDep, ServicesDep
 from gateway.http.operators import OperatorAuth
 from gateway.http.problems import ApiError, responses
@@ -44,7 +45,7 @@ _TEXTS = {
     name: (STATIC / name).read_text(encoding="utf-8") for name in ("signin.html", "admin.html")
 }
 _FILES = {
-    path.name: (path.read_bytes(), MEDIA[path.suffix])
+    path.name: Asset.read(path, MEDIA[path.suffix])
     for path in STATIC.iterdir()
     if path.suffix in MEDIA
 }
@@ -95,11 +96,11 @@ async def dashboard(request: Request, operators: OperatorsDep) -> Response:
 
 
 @router.get("/admin/static/{name}")
-async def static_file(name: str) -> Response:
+async def static_file(name: str, request: Request) -> Response:
     found = _FILES.get(name)
     if found is None:
         raise ApiError(404, "no such file")
-    return Response(found[0], media_type=found[1])
+    return found.response(request)
 
 
 @router.websocket("/admin/live")

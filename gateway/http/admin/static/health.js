@@ -15,8 +15,9 @@ function channels(stats) {
     h("tbody", {}, stats.channels.map((c) => h("tr", { "data-channel": c.channel },
       h("th", { scope: "row" }, c.channel),
       h("td", {}, c.enabled ? "yes" : "no"),
-      // None: no connection of its own; the platform (webhooks) or browsers call in.
-      h("td", {}, c.connection === null ? "none needed: it calls in" : h("span", { class: `badge ${c.connection === "connected" ? "" : "bad"}` }, c.connection)),
+      // None: off, or no connection of its own (the platform's webhooks or browsers call in).
+      h("td", {}, c.connection !== null ? h("span", { class: `badge ${c.connection === "connected" ? "" : "bad"}` }, c.connection)
+        : c.enabled ? "none needed: it calls in" : "—"),
       h("td", {}, c.last_inbound_at ? when(c.last_inbound_at) : "never"),
       h("td", {}, c.last_sent_at ? when(c.last_sent_at) : "never"),
       h("td", {}, c.leader ? (c.leader === stats.replica ? "this replica" : c.leader) : "—")))))));
