@@ -285,6 +285,10 @@ async def test_health_shows_the_waiting_work_and_the_charts_the_database_holds(
     }
     assert by_channel["telegram"] >= 2  # the message and its reply
     assert [today, str(by_channel["telegram"])] in traffic
+    # Every day of the window is charted, those without messages at 0.
+    assert len(stats["days"]) == len(traffic) == 30
+    assert stats["days"][-1] == today
+    assert [day for day, *_ in traffic] == stats["days"]
     assert [n for n, _ in queues.values()] != [0, 0, 0]
     assert waiting == {key: str(n) for key, (n, _) in queues.items()}
     for key, (n, oldest) in queues.items():

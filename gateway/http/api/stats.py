@@ -81,6 +81,8 @@ class StatsOut(BaseModel):
     channels: list[ChannelOut]
     archive: ArchiveOut
     queues: QueuesOut
+    # Every UTC day of the window, oldest first: the charts' days, those with nothing too.
+    days: list[str]
     messages_per_day: list[DayCountOut]
     prompt_tokens_per_day: list[DayPromptOut]
     # The newest turns of the window (up to 500), oldest first.
@@ -136,6 +138,7 @@ async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)]
             extractions=QueueOut.of(queues.extractions),
             deliveries=QueueOut.of(queues.deliveries),
         ),
+        days=[(since + timedelta(days=n)).date().isoformat() for n in range(days)],
         messages_per_day=[
             DayCountOut(day=d.day, channel=d.channel, messages=d.messages)
             for d in await repos.stats.messages_per_day(since)

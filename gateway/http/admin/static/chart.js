@@ -34,18 +34,19 @@ function figure(title, root, legend, head, rows) {
 }
 
 export function bars(title, labels, series, limit) {
-  if (!labels.length) return h("p", {}, "No data yet.");
+  if (!series.some((s) => s.values.some((v) => v))) return h("p", {}, `${title}: no data yet.`);
   const top = Math.max(1, limit || 0, ...series.flatMap((s) => s.values));
   const slot = (WIDTH - LEFT) / labels.length;
   const bar = Math.min(28, Math.max(1, slot / (series.length + 1)));
-  const root = frame(title, top, limit, (y) => series.flatMap((s, i) => s.values.map((v, j) => {
+  const root = frame(title, top, limit, (y) => series.flatMap((s, i) => s.values.flatMap((v, j) => {
+    if (v === null) return [];  // nothing to show that day (a zero is shown, flat)
     const rect = svg("rect", { x: LEFT + j * slot + i * bar, y: y(v), width: bar * 0.9, height: Math.max(0, HEIGHT - BOTTOM - y(v)), fill: COLOURS[i % COLOURS.length] });
     rect.append(svg("title", {}, `${labels[j]} · ${s.name}: ${v}`));
     return rect;
   })), [[LEFT, labels[0]], [WIDTH, labels[labels.length - 1]]]);
   const legend = h("p", { class: "legend" }, series.map((s, i) => h("span", { class: "badge", "data-colour": i }, s.name)));
   return figure(title, root, legend, ["Day", ...series.map((s) => s.name)],
-    labels.map((label, j) => [label, ...series.map((s) => s.values[j])]));
+    labels.map((label, j) => [label, ...series.map((s) => s.values[j] ?? "—")]));
 }
 
 // `points`: [{ at: ISO time, value }], oldest first.

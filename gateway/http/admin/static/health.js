@@ -45,15 +45,17 @@ function waiting(stats) {
 }
 
 function traffic(stats) {
-  const days = [...new Set(stats.messages_per_day.map((d) => d.day))];
   const names = [...new Set(stats.messages_per_day.map((d) => d.channel))];
-  const count = (day, channel) => (stats.messages_per_day.find((d) => d.day === day && d.channel === channel) || { messages: 0 }).messages;
+  const count = new Map(stats.messages_per_day.map((d) => [`${d.day} ${d.channel}`, d.messages]));
   return h("section", {}, h("h2", {}, "Messages per day"),
-    bars("Messages per day, by channel", days, names.map((n) => ({ name: n, values: days.map((d) => count(d, n)) })), null));
+    bars("Messages per day, by channel", stats.days,
+      names.map((n) => ({ name: n, values: stats.days.map((d) => count.get(`${d} ${n}`) || 0) })), null));
 }
 
 function prompts(stats) {
-  const perDay = stats.prompt_tokens_per_day;
+  // A day without turns has no mean: no bar, rather than a bar at 0.
+  const byDay = new Map(stats.prompt_tokens_per_day.map((d) => [d.day, d]));
+  const perDay = stats.days.map((day) => byDay.get(day) || { day, mean: null, largest: null });
   const turns = stats.prompt_tokens_per_turn.map((t) => ({ at: t.at, value: t.prompt_tokens }));
   return h("section", {}, h("h2", {}, "Prompt tokens per turn"),
     h("p", { class: "muted" }, `The prompt may never pass ${stats.prompt_limit.toLocaleString()} tokens; memory keeps it well below. Each turn's prompt is estimated as its reply is written.`),
