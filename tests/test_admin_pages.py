@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from axe_playwright_python.async_playwright import Axe
 from playwright.async_api import Page, expect
 from sqlalchemy import func, select, update
 
@@ -328,31 +329,33 @@ async def test_every_page_at_desktop_width_and_on_a_360_px_phone(
         await d.p.telegram(tg.text_update(300, "a message today"))
         await d.p.tg.wait_until(lambda f: len(f.texts(300)) >= 1)
         widths: dict[str, int] = {}
+        faults: dict[str, list[str]] = {}
         for size, suffix in ((DESKTOP, ""), (PHONE, "-360")):
             await page.set_viewport_size(size)
             await page.context.clear_cookies()
             await page.goto(d.url + "/admin/signin")
             await expect(page.get_by_label("Admin token")).to_be_visible()
-            await _shot(page, artifacts, "admin-signin" + suffix, widths)
+            await _shot(page, artifacts, "admin-signin" + suffix, widths, faults)
             await sign_in(page, d.url)
             await expect(page.get_by_role("list", name="Pairing requests")).to_be_visible()
-            await _shot(page, artifacts, "admin-people" + suffix, widths)
+            await _shot(page, artifacts, "admin-people" + suffix, widths, faults)
             await page.goto(f"{d.url}/admin#/people/{ana.user_id}")
             await expect(page.locator("#live")).to_have_text("live")
-            await _shot(page, artifacts, "admin-conversation" + suffix, widths)
+            await _shot(page, artifacts, "admin-conversation" + suffix, widths, faults)
             await page.get_by_role("link", name="Memory").click()
             await _open_memory(page)
-            await _shot(page, artifacts, "admin-memory" + suffix, widths)
+            await _shot(page, artifacts, "admin-memory" + suffix, widths, faults)
             await page.get_by_role("link", name="Operations").click()
             await expect(page.locator("li[data-job]")).to_have_count(1)
-            await _shot(page, artifacts, "admin-operations" + suffix, widths)
+            await _shot(page, artifacts, "admin-operations" + suffix, widths, faults)
             await page.get_by_role("link", name="Health").click()
             await expect(page.get_by_role("img")).to_have_count(3)
-            await _shot(page, artifacts, "admin-health" + suffix, widths)
+            await _shot(page, artifacts, "admin-health" + suffix, widths, faults)
 
     too_wide = {name: w for name, w in widths.items() if name.endswith("-360") and w > 360}
     assert too_wide == {}  # nothing sticks out sideways on a phone
     assert len(widths) == 12
+    assert {name: found for name, found in faults.items() if found} == {}  # contrast, ARIA
 
 
 async def _open_memory(page: Page) -> None:
@@ -370,6 +373,11 @@ async def _open_memory(page: Page) -> None:
         await folded.locator("summary").click()
 
 
-async def _shot(page: Page, artifacts: Path, name: str, widths: dict[str, int]) -> None:
+async def _shot(
+    page: Page, artifacts: Path, name: str, widths: dict[str, int], faults: dict[str, list[str]]
+) -> None:
+    """A picture of the page, how wide it is, and what axe-core finds wrong in it."""
     await screenshot(page, artifacts / f"{name}.png", full_page=True)
     widths[name] = await page.evaluate("document.documentElement.scrollWidth")
+    found = (await Axe().run(page)).response["violations"]
+    faults[name] = [f"{v['id']}: {[n['target'] for n in v['nodes']][:3]}" for v in found]

@@ -95,7 +95,7 @@ function row(r) {
     if (!details.open || inside.childElementCount) return;
     const chunk = await get(`/chunks/${r.id}`);
     if (chunk.children.length) inside.append(h("ul", { class: "rows" }, chunk.children.map(row)));
-    else if (chunk.transcript) inside.append(h("pre", { class: "transcript" }, chunk.transcript));
+    else if (chunk.transcript) inside.append(h("pre", { class: "transcript", tabindex: "0", "aria-label": "Transcript" }, chunk.transcript));
     else inside.append(h("p", { class: "muted" }, "No transcript."));
   }));
   return h("li", {}, details);
@@ -151,5 +151,5 @@ async function lookupList(section, conversation) {
   section.append(h("ul", { class: "list", "aria-label": "Lookups" }, items.map((l) => h("li", {},
     h("strong", {}, l.tool), " ", h("code", {}, l.arguments),
     h("span", { class: "muted" }, ` · answering #${l.seq}, ${when(l.created_at)}`),
-    h("details", {}, h("summary", {}, "what it read"), h("pre", { class: "transcript" }, l.result))))));
+    h("details", {}, h("summary", {}, "what it read"), h("pre", { class: "transcript", tabindex: "0", "aria-label": "What it read" }, l.result))))));
 }
