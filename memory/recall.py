@@ -19,7 +19,7 @@ from memory.archive.transcript import speaker
 from memory.profile.profiles import Profiles
 from memory.provenance import dialogue, escape_typed, header
 from memory.storage.messages import StoredMessage
-from memory.storage.search import MAX_WORDS, HitKind, Search, SearchHit, search_words
+from memory.storage.search import ELLIPSIS, MAX_WORDS, HitKind, Search, SearchHit, search_words
 from memory.tokens import estimate_tokens
 from memory.zones import zone
 
@@ -95,13 +95,11 @@ class Recall:
             )
         children = await self._reads.children(row_id)
         tz = zone(scope.timezone)
-        blocks = [
-            f"## {_span(c, tz)} (archive #{c.id}, level {c.level}, messages #{c.seq_start}–#{c.seq_end})\n"
-            + (c.summary or "(not summarised yet)").strip()
-            for c in children
-        ]
-        intro = f"archive #{row_id} (level {row.level}, {_span(row, tz)}) summarises:"
-        return answer(_fit([intro, *blocks]))
+        intro = (
+            f"archive #{row_id} (level {row.level}, {_span(row, tz)}) summarises "
+            f"{len(children)} rows:"
+        )
+        return answer(_children(intro, children, tz))
 
     async def read(self, scope: Scope, chunk_id: int, around: str | None = None) -> str:
         """A window of a level-0 row's messages as they were written: from the start, or
@@ -229,6 +227,71 @@ def _fit(blocks: Iterable[str], separator: str = "\n\n") -> str:
         kept.append(block)
         used += size
     return separator.join(kept)
+
+
+def _children(intro: str, children: Sequence[ChunkView], tz: tzinfo) -> str:
+    """Every child's heading (id, level, days, messages), each with as much of its
+    summary as a fair share of the answer's budget holds: a short summary leaves its
+    unused share to the longer ones, and one cut says so and where to read on."""
+    heads = [
+        f"## {_span(c, tz)} (archive #{c.id}, level {c.level}, "
+        f"messages #{c.seq_start}–#{c.seq_end})"
+        for c in children
+    ]
+    texts = [(c.summary or "(not summarised yet)").strip() for c in children]
+    notes = [_read_on(c) for c in children]
+    # Each block is its heading, a newline, its text and a cut note, and the blank line
+    # that joins it to the next; counting the parts apart never counts less than whole.
+    fixed = estimate_tokens(f"{intro}\n\n") + sum(
+        estimate_tokens(f"{head}\n\n\n") + estimate_tokens(note)
+        for head, note in zip(heads, notes, strict=True)
+    )
+    shares = _shares([estimate_tokens(t) for t in texts], ANSWER_TOKENS - 50 - fixed)
+    blocks = [intro]
+    for head, text, note, share in zip(heads, texts, notes, shares, strict=True):
+        shown = _cut(text, share)
+        if shown != text:
+            shown = f"{shown}{note}".strip()
+        blocks.append(f"{head}\n{shown}")
+    return "\n\n".join(blocks)
+
+
+def _read_on(row: ChunkView) -> str:
+    if row.level == 0:
+        return f" (summary cut for space; archive_read({row.id}) reads its messages)"
+    return f" (summary cut for space; archive_expand({row.id}) opens the rows below it)"
+
+
+def _shares(sizes: Sequence[int], budget: int) -> list[int]:
+    """Tokens each of `sizes` may use of `budget`: the smallest first, each at most an
+    equal part of what is left, so none gets more than it needs or less than its due."""
+    shares = [0] * len(sizes)
+    left = max(0, budget)
+    for done, i in enumerate(sorted(range(len(sizes)), key=lambda i: sizes[i])):
+        shares[i] = min(sizes[i], left // (len(sizes) - done))
+        left -= shares[i]
+    return shares
+
+
+def _cut(text: str, tokens: int) -> str:
+    """`text` if it fits `tokens`, else its longest start that does with "…" after it,
+    cut after a whole word where there is one (the "…" included)."""
+    if estimate_tokens(text) <= tokens:
+        return text
+    # The estimate only grows as text does: the longest fitting start, by halving.
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if estimate_tokens(text[:middle] + ELLIPSIS) <= tokens:
+            low = middle
+        else:
+            high = middle - 1
+    start = text[:low]
+    if low < len(text) and not text[low].isspace():
+        words = start.rsplit(maxsplit=1)
+        start = words[0] if len(words) > 1 else start
+    start = start.rstrip()
+    return f"{start}{ELLIPSIS}" if start else ""
 
 
 def _span(row: ChunkView, tz: tzinfo) -> str:

@@ -7,9 +7,14 @@ from __future__ import annotations
 import re
 from datetime import date
 
+from sqlalchemy import update
+
+from memory.archive.limits import MemoryLimits
 from memory.profile.profiles import Profiles
 from memory.recall import ANSWER_TOKENS, SOURCE, Recall, Scope
+from memory.storage.models import Chunk
 from memory.tokens import estimate_tokens
+from memory.zones import zone
 from tests.support.world import FILLER, MARKER, OTHER, World
 
 
@@ -76,6 +81,60 @@ async def test_expand_opens_a_summary_one_level_down(world: World) -> None:
     for child in children:
         assert f"(archive #{child.id}, level 0" in opened
     assert f"archive_read({children[0].id})" in leaf
+
+
+async def test_expand_shows_every_child_of_default_size_summaries_in_a_share_each(
+    world: World,
+) -> None:
+    chunks = await world.archive.chunks(world.ana.conversation_id)
+    parent = next(c for c in chunks if c.level == 1)
+    children = await world.archive.children(parent.id)
+    # Summaries as long as a default one (about 1,500 tokens), each of its own words; the
+    # last is short and needs no cutting.
+    default = MemoryLimits().summary_tokens
+    summaries = {child.id: _words(f"c{child.id}w", default) for child in children[:-1]}
+    summaries[children[-1].id] = "A short one."
+    async with world.sessions() as session:
+        for child_id, summary in summaries.items():
+            await session.execute(update(Chunk).where(Chunk.id == child_id).values(summary=summary))
+        await session.commit()
+    # Far east of UTC, so the days shown are the person's, not the server's.
+    scope = Scope(world.ana.conversation_id, world.ana.user_id, "Pacific/Kiritimati")
+
+    opened = await _recall(world).expand(scope, parent.id)
+
+    assert estimate_tokens(opened) <= ANSWER_TOKENS
+    tz = zone(scope.timezone)
+    blocks = opened.split("\n\n")[1:]
+    assert len(blocks) == len(children)
+    share = ANSWER_TOKENS // len(children)
+    for child, block in zip(children, blocks, strict=True):
+        start = child.time_start.astimezone(tz).date()
+        end = child.time_end.astimezone(tz).date()
+        span = f"{start}" if start == end else f"{start} – {end}"
+        head, shown = block.split("\n", 1)
+        assert head == (
+            f"## {span} (archive #{child.id}, level 0, "
+            f"messages #{child.seq_start}–#{child.seq_end})"
+        )
+        if child is children[-1]:
+            assert shown == "A short one."
+            continue
+        kept = re.fullmatch(
+            rf"(.+)… \(summary cut for space; archive_read\({child.id}\) reads its messages\)",
+            shown,
+        )
+        assert kept is not None, shown
+        assert summaries[child.id].startswith(kept.group(1) + " ")  # cut after a whole word
+        assert estimate_tokens(kept.group(1)) >= share // 2  # a fair part, not a scrap
+
+
+def _words(prefix: str, tokens: int) -> str:
+    """Numbered words, `prefix`1 on, about `tokens` long."""
+    words: list[str] = []
+    while estimate_tokens(" ".join(words)) < tokens:
+        words.append(f"{prefix}{len(words) + 1}")
+    return " ".join(words)
 
 
 async def test_nobody_reads_another_conversation_whatever_they_ask(world: World) -> None:

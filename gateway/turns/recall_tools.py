@@ -58,7 +58,9 @@ TOOLS = (
     Tool(
         "archive_expand",
         "Open an archive row (the `archive #N` of a timeline heading or a search hit): "
-        "the summaries of the rows it was made from, one level down, with their ids.",
+        "the summaries of the rows it was made from, one level down, each with its id, "
+        "days and message numbers (a long summary is shortened; open that row in turn "
+        "to read on).",
         {"type": "object", "properties": {"row_id": _ID}, "required": ["row_id"]},
     ),
     Tool(
