@@ -5,6 +5,7 @@ model that never stops calling tools is stopped; web chat streams only the answe
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 
 from gateway.jobs.queue import EmbeddedQueue
 from gateway.turns.runner import TOOL_LIMIT_NOTICE
+from memory.storage.models import ChunkStatus
+from memory.tokens import message_tokens
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
 from tests.support.archive_checks import marked_text
 from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, next_frame, running_gateway
@@ -27,9 +30,8 @@ QUESTION = "What was the door code of my new flat again?"
 def _settings(database_url: str, tmp_path: Path, llm: FakeLLM, kind: Kind, **extra: Any) -> Any:
     provider = {"llm_provider": kind, "llm_base_url": llm.base_url} if kind == "anthropic" else {}
     # A 16k-token model: the archive cuts after a few thousand tokens of talk.
-    return make_settings(
-        database_url, tmp_path, llm, llm_context_tokens=16_000, **provider, **extra
-    )
+    values = {"llm_context_tokens": 16_000} | provider | extra
+    return make_settings(database_url, tmp_path, llm, **values)
 
 
 def _system(body: dict[str, Any]) -> str:
@@ -52,6 +54,42 @@ def _tool_results(body: dict[str, Any]) -> list[str]:
         if isinstance(content, list):
             found += [str(b["content"]) for b in content if b.get("type") == "tool_result"]
     return found
+
+
+def _request_tokens(body: dict[str, Any]) -> int:
+    """What a request holds, by the project's own estimate: every text the model reads
+    (system, messages, its calls, their results) and every tool as declared."""
+    texts = [str(body["system"][0]["text"])] if "system" in body else []
+    for message in body["messages"]:
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        if isinstance(content, str):
+            texts.append(content)
+        for block in blocks:
+            if block["type"] == "text":
+                texts.append(block["text"])
+            elif block["type"] == "tool_use":
+                texts.append(f"{block['id']} {block['name']} {json.dumps(block['input'])}")
+            elif block["type"] == "tool_result":
+                texts.append(block["content"])
+        texts += [json.dumps(call) for call in message.get("tool_calls") or []]
+    texts += [json.dumps(tool) for tool in body.get("tools", [])]
+    return sum(message_tokens(text) for text in texts)
+
+
+async def _archive_talk(gw: Gateway, token: str, conversation: str, rows: int) -> list[int]:
+    """Talk until the archive has `rows` summarised level-0 rows; their ids."""
+    queue = gw.services.queue
+    assert isinstance(queue, EmbeddedQueue)
+    for number in range(1, 400):
+        assert (await gw.send(token, marked_text(number, 60))).status_code == 200
+        await gw.services.runner.idle()
+        await queue.idle()
+        chunks = await gw.services.archive.chunks(uuid.UUID(conversation))
+        ready = [c.id for c in chunks if c.level == 0 and c.status is ChunkStatus.READY]
+        if len(ready) >= rows:
+            return ready
+    raise AssertionError(f"the archive never had {rows} rows")
 
 
 async def _archive_a_detail(gw: Gateway, token: str, conversation: str) -> None:
@@ -207,3 +245,41 @@ async def test_web_chat_streams_the_answer_and_withdraws_what_came_before_the_to
     assert before == "Let me look."  # withdrawn by the typing frame that follows it
     assert after == "The answer, from the archive."
     assert shown[-1]["text"] == "The answer, from the archive."
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_on_a_small_model_no_call_of_a_tool_using_turn_outgrows_its_window(
+    database_url: str, tmp_path: Path, llm: FakeLLM, kind: Kind
+) -> None:
+    settings = _settings(database_url, tmp_path, llm, kind, llm_context_tokens=8_000)
+    window = settings.llm_context_tokens - settings.llm_max_reply_tokens
+    turn: list[dict[str, Any]] = []
+    async with running_gateway(settings) as gw:
+        token, conversation = await gw.visitor()
+        rows = itertools.cycle(await _archive_talk(gw, token, conversation, rows=4))
+
+        def model(body: dict[str, Any], number: int) -> Behaviour | None:
+            if not _is_turn(body) or "Read it all." not in json.dumps(body):
+                return None
+            turn.append(body)
+            if body.get("tool_choice") in ("none", {"type": "none"}) or "tools" not in body:
+                return Reply("All read.")
+            reads = [("archive_read", {"chunk_id": next(rows)}) for _ in range(2)]
+            return CallTools(list[tuple[str, dict[str, Any] | str]](reads))
+
+        llm.responder = model
+        answered = await gw.send(token, "Read it all.")
+        lookups = await gw.http.get(f"/api/v1/sessions/{conversation}/lookups", headers=ADMIN)
+
+    assert answered.json()["reply"]["text"] == "All read."
+    results = [item["result"] for item in lookups.json()["items"]]
+    assert len(results) == 6
+    assert len(turn) == 4
+    sizes = [_request_tokens(body) for body in turn]
+    assert max(sizes) <= window, sizes
+    # Carried whole, the six results would not have fitted beside the rest.
+    assert sizes[0] + sum(message_tokens(result) for result in results) > window
+    carried = _tool_results(turn[-1])
+    assert "left out to make room" in carried[0]  # the oldest gave way
+    assert carried[-1] in results  # the newest came whole
+    assert _system(turn[0]) == _system(turn[-1])

@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -30,6 +30,7 @@ from gateway.text import clean
 from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.turns.hub import DeltaEvent, Hub, Typing
 from gateway.turns.leases import ConversationLeases
+from gateway.turns.steps import fit_steps, steps_tokens, tool_room, tools_tokens
 from memory.archive.reads import ChunkView
 from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
 from memory.provenance import NOTICE_SOURCE
@@ -351,9 +352,11 @@ class TurnRunner:
         guide = None if self._recall is None else self._recall.guide
         persona = self._persona if guide is None else f"{self._persona}\n\n{guide}"
         system = system_prompt(persona, clock, rows, profile)
-        budget = window - message_tokens(system)
-        turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
         tools = () if self._recall is None else self._recall.tools
+        # The tool rounds of the turn come after the live turns: room is kept for them.
+        room = 0 if self._recall is None else tool_room(window, self._limits.max_tool_calls)
+        budget = window - message_tokens(system) - tools_tokens(tools) - room
+        turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
         try:
             return await self._generate(state, prompt, trigger)
@@ -366,7 +369,10 @@ class TurnRunner:
     async def _generate(self, state: TurnState, prompt: Prompt, trigger: StoredMessage) -> _Answer:
         """Ask the model, run the recall tools it calls (up to the limit) and ask again
         with their answers, until it answers in text. The prompt's system text and turns
-        stay the same on every call; only the steps grow."""
+        stay the same on every call; only the steps grow, within what the window leaves
+        them."""
+        window = self._limits.context_tokens - self._limits.max_reply_tokens
+        room = window - _size(prompt, []) - tools_tokens(prompt.tools)
         steps: list[ToolStep] = []
         lookups: list[NewLookup] = []
         scope: Scope | None = None  # read once, at the turn's first call
@@ -375,7 +381,7 @@ class TurnRunner:
             while True:
                 text, calls = await self._call_model(
                     state.conversation_id,
-                    replace(prompt, steps=tuple(steps), may_call_tools=left > 0),
+                    replace(prompt, steps=fit_steps(steps, room), may_call_tools=left > 0),
                 )
                 if not calls or self._recall is None:
                     break
@@ -396,7 +402,7 @@ class TurnRunner:
                 await self._recall.record(state.conversation_id, trigger.id, lookups)
         if not text:
             raise LLMError("the model returned an empty reply")
-        return _Answer(text, prompt_tokens=_size(prompt, steps))
+        return _Answer(text, prompt_tokens=_size(prompt, fit_steps(steps, room)))
 
     async def _call_model(
         self, conversation_id: uuid.UUID, prompt: Prompt
@@ -470,12 +476,10 @@ class TurnRunner:
             self._waiters[conversation_id] = still_waiting
 
 
-def _size(prompt: Prompt, steps: list[ToolStep]) -> int:
+def _size(prompt: Prompt, steps: Sequence[ToolStep]) -> int:
     """About how many tokens a call's prompt is: system, turns and tool steps."""
     texts = [prompt.system, *(turn.content for turn in prompt.turns)]
-    for step in steps:
-        texts += [step.text, *(call.arguments for call in step.calls), *step.results]
-    return sum(message_tokens(text) for text in texts)
+    return sum(message_tokens(text) for text in texts) + steps_tokens(steps)
 
 
 def _over_the_limit(call: ToolCall) -> str:
