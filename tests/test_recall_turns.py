@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pytest
 
 from gateway.jobs.queue import EmbeddedQueue
-from gateway.turns.runner import TOOL_LIMIT_NOTICE
+from gateway.turns.runner import ANSWER_CHARS, TOOL_LIMIT_NOTICE
 from memory.storage.models import ChunkStatus
 from memory.tokens import message_tokens
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
@@ -216,35 +216,72 @@ async def test_a_model_that_keeps_calling_tools_is_stopped_and_still_answers(
     )
 
 
-async def test_web_chat_streams_the_answer_and_withdraws_what_came_before_the_tools(
-    database_url: str, tmp_path: Path, llm: FakeLLM
-) -> None:
+ANSWER = (
+    "From the archive: you moved to the flat on the Quai des Celestins in March, on the "
+    "third floor, and the door code you gave me then was 4711. You also said the "
+    "letterbox key is with the neighbour on the second floor, in case the code fails."
+)
+
+
+async def _watch_a_turn(
+    gw: Gateway, llm: FakeLLM, preamble: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """A web chat visitor asks; the model writes `preamble`, calls a tool, then writes
+    ANSWER in five pieces. The frames the visitor's socket got (acks left out), by
+    kind, and the frames themselves."""
+
     def model(body: dict[str, Any], number: int) -> Behaviour | None:
         if not _is_turn(body):
             return None
         if _tool_results(body):
-            return Reply("The answer, from the archive.", pieces=3)
-        return CallTools([("archive_search", {"query": "anything"})], text="Let me look.")
+            return Reply(ANSWER, pieces=5)
+        return CallTools([("archive_search", {"query": "door code"})], text=preamble)
 
     llm.responder = model
-    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
-        token, _ = await gw.visitor()
-        async with gw.socket(token) as ws:
-            await ws.send(json.dumps({"type": "message", "text": "look it up", "client_id": "a"}))
-            frames: list[dict[str, Any]] = []
-            while not (frames and frames[-1]["type"] == "message" and frames[-1]["seq"] == 2):
-                frames.append(await next_frame(ws))
+    token, _ = await gw.visitor()
+    async with gw.socket(token) as ws:
+        await ws.send(json.dumps({"type": "message", "text": "look it up", "client_id": "a"}))
+        frames: list[dict[str, Any]] = []
+        while not (frames and frames[-1]["type"] == "message" and frames[-1]["seq"] == 2):
+            frame = await next_frame(ws)
+            if frame["type"] != "ack":
+                frames.append(frame)
+    return [f["type"] for f in frames], frames
 
-    kinds = [f["type"] for f in frames if f["type"] != "ack"]
+
+async def test_web_chat_streams_the_final_answer_only(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+        kinds, frames = await _watch_a_turn(gw, llm, preamble="Let me look.")
+
+    deltas = [f["text"] for f in frames if f["type"] == "delta"]
     assert kinds[0] == "message"  # the visitor's own, stored
-    last_typing = max(i for i, kind in enumerate(kinds) if kind == "typing")
-    shown = [f for f in frames if f["type"] != "ack"]
-    before = "".join(f["text"] for f in shown[:last_typing] if f["type"] == "delta")
-    after = "".join(f["text"] for f in shown[last_typing:] if f["type"] == "delta")
     assert kinds.count("typing") == 2  # once per model call
-    assert before == "Let me look."  # withdrawn by the typing frame that follows it
-    assert after == "The answer, from the archive."
-    assert shown[-1]["text"] == "The answer, from the archive."
+    first_delta = kinds.index("delta")
+    assert first_delta > max(i for i, kind in enumerate(kinds) if kind == "typing")
+    assert "Let me look." not in "".join(deltas)  # held back, then dropped for the call
+    assert "".join(deltas) == ANSWER
+    assert len(deltas) > 1  # streamed, once clearly an answer
+    assert len(deltas[0]) >= ANSWER_CHARS
+    assert frames[-1]["text"] == ANSWER
+
+
+async def test_a_long_text_before_a_tool_call_is_withdrawn(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    preamble = "I'll search the archive for it. " * 6  # long enough to pass for an answer
+    assert len(preamble) >= ANSWER_CHARS
+    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+        kinds, frames = await _watch_a_turn(gw, llm, preamble=preamble)
+
+    last_typing = max(i for i, kind in enumerate(kinds) if kind == "typing")
+    before = "".join(f["text"] for f in frames[:last_typing] if f["type"] == "delta")
+    after = "".join(f["text"] for f in frames[last_typing:] if f["type"] == "delta")
+    assert kinds.count("typing") == 2
+    assert before == preamble  # streamed, then withdrawn by the typing frame after it
+    assert after == ANSWER
+    assert frames[-1]["text"] == ANSWER
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])

@@ -48,6 +48,10 @@ MODEL_DOWN_NOTICE = (
     "Sorry — I couldn't reach the language model just now, so I can't answer yet. "
     "Your message is saved; write again in a moment and I'll pick up from here."
 )
+# Text of a call that may turn to the tools is streamed once it is this long (or the
+# reply ends without a call): a preamble before a call is a sentence or two ("Let me
+# look that up."), an answer soon outgrows that.
+ANSWER_CHARS = 160
 TOOL_LIMIT_NOTICE = (
     "Sorry — I kept searching my archive and didn't get to an answer. "
     "Ask me again, perhaps more precisely, and I'll try once more."
@@ -409,8 +413,13 @@ class TurnRunner:
     ) -> tuple[str, list[ToolCall]]:
         pieces: list[str] = []
         calls: list[ToolCall] = []
+        # A call that may turn to the tools holds its text back until it is clearly an
+        # answer (or the reply ends in text): what a model writes before its calls is
+        # a preamble, no part of the answer, and the person should not see it.
+        held: list[str] | None = [] if prompt.tools and prompt.may_call_tools else None
         # Before every call: clients show that a reply is coming, and drop what an
-        # earlier call of the turn wrote before it turned to the tools.
+        # earlier call of the turn streamed before it turned to the tools (a preamble
+        # long enough to pass for an answer).
         self._hub.publish(conversation_id, Typing(conversation_id))
         with self._metrics.model_seconds.time():
             async for piece in self._llm.stream(prompt):
@@ -419,8 +428,20 @@ class TurnRunner:
                     continue
                 pieces.append(piece)
                 # A model server can send what no database stores (NUL, a lone surrogate).
-                self._hub.publish(conversation_id, DeltaEvent(conversation_id, clean(piece)))
+                shown = clean(piece)
+                if held is not None:
+                    held.append(shown)
+                    if sum(map(len, held)) < ANSWER_CHARS:
+                        continue
+                    shown, held = "".join(held), None
+                self._publish_delta(conversation_id, shown)
+        if held and not calls:  # short, and no tool call came: the answer after all
+            self._publish_delta(conversation_id, "".join(held))
         return clean("".join(pieces)).strip(), calls
+
+    def _publish_delta(self, conversation_id: uuid.UUID, text: str) -> None:
+        if text:
+            self._hub.publish(conversation_id, DeltaEvent(conversation_id, text))
 
     async def _scope(self, state: TurnState) -> Scope:
         """What the turn's tools may read: its conversation, and (personal) its person."""
