@@ -174,46 +174,72 @@ def _one_lookup_then(tool: str, arguments: dict[str, Any]) -> Any:
     return model
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_a_model_that_keeps_calling_tools_is_stopped_and_still_answers(
-    database_url: str, tmp_path: Path, llm: FakeLLM
+    database_url: str, tmp_path: Path, llm: FakeLLM, kind: Kind
 ) -> None:
-    obeying = True
-
     def model(body: dict[str, Any], number: int) -> Behaviour | None:
         if not _is_turn(body):
             return None
-        if body.get("tool_choice") == "none" and obeying:
-            return Reply("Here is what I found.")
-        return CallTools(
-            [("archive_search", {"query": f"try {number}"}), ("archive_expand", {"row_id": 1})]
-        )
+        if "tools" in body:  # whatever tool_choice says
+            return CallTools(
+                [("archive_search", {"query": f"try {number}"}), ("archive_expand", {"row_id": 1})]
+            )
+        # Offered no tools, it answers from the lookups written out in its messages.
+        shown = json.dumps(body["messages"])
+        return Reply(f"I looked {shown.count('returned:')} times; nothing about it.")
 
     llm.responder = model
-    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+    async with running_gateway(_settings(database_url, tmp_path, llm, kind)) as gw:
         token, conversation = await gw.visitor()
-        polite = await gw.send(token, "find it")
+        first = await gw.send(token, "find it")
         calls = [b for b in llm.requests if _is_turn(b)]
-        obeying = False
-        stubborn = await gw.send(token, "find it again")
+        again = await gw.send(token, "find it again")
         lookups = await gw.http.get(
             f"/api/v1/sessions/{conversation}/lookups", params={"limit": 100}, headers=ADMIN
         )
         status = await gw.send(token, "/status")
 
-    assert polite.json()["reply"]["text"] == "Here is what I found."
-    assert stubborn.json()["reply"]["role"] == "event"
-    assert stubborn.json()["reply"]["text"] == TOOL_LIMIT_NOTICE
-    # Six calls a turn, in three rounds of two; the fourth call is told to answer.
+    for answered in (first, again):
+        assert answered.json()["reply"]["role"] == "assistant"
+        assert answered.json()["reply"]["text"] == "I looked 6 times; nothing about it."
+    # Six calls a turn, in three rounds of two; the fourth call declares no tools.
     assert len(calls) == 4
-    assert [c.get("tool_choice") for c in calls] == [None, None, None, "none"]
-    assert len(lookups.json()["items"]) == 12
+    assert ["tools" in c for c in calls] == [True, True, True, False]
+    last = calls[-1]
+    assert "tool_choice" not in last
+    assert _tool_results(last) == []  # no tool messages or blocks: text only
+    assert not any("tool_calls" in m for m in last["messages"])
+    written = json.dumps([m for m in last["messages"] if m["role"] != "system"])
+    assert written.count("[source: archive]") == 3  # one per round
+    assert 'What archive_search {\\"query\\": \\"try 1\\"} returned:' in written
+    assert "lookups are used up" in written
     assert _system(calls[0]) == _system(calls[3])
+    assert len(lookups.json()["items"]) == 12
     assert status.json()["reply"]["text"].endswith(
         "Last looked up in the archive:\n"
         '- archive_expand {"row_id": 1}\n'
         '- archive_search {"query": "try 7"}\n'
         '- archive_expand {"row_id": 1}'
     )
+
+
+async def test_a_server_that_calls_tools_it_was_not_offered_ends_with_a_notice(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        if not _is_turn(body):
+            return None
+        return CallTools([("archive_search", {"query": f"try {number}"})] * 2)
+
+    llm.responder = model
+    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+        token, _ = await gw.visitor()
+        answered = await gw.send(token, "find it")
+
+    assert answered.json()["reply"]["role"] == "event"
+    assert answered.json()["reply"]["text"] == TOOL_LIMIT_NOTICE
+    assert len([b for b in llm.requests if _is_turn(b)]) == 4  # stopped, not looping
 
 
 ANSWER = (
@@ -316,7 +342,9 @@ async def test_on_a_small_model_no_call_of_a_tool_using_turn_outgrows_its_window
     assert max(sizes) <= window, sizes
     # Carried whole, the six results would not have fitted beside the rest.
     assert sizes[0] + sum(message_tokens(result) for result in results) > window
-    carried = _tool_results(turn[-1])
-    assert "left out to make room" in carried[0]  # the oldest gave way
-    assert carried[-1] in results  # the newest came whole
+    # The last call has the rounds written out: the oldest results gave way, the newest
+    # came whole.
+    written = json.dumps([m for m in turn[-1]["messages"] if m["role"] != "system"])
+    assert "left out to make room" in written
+    assert json.dumps(results[-1].removeprefix("[source: archive]\n"))[1:-1] in written
     assert _system(turn[0]) == _system(turn[-1])

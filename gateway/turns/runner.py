@@ -30,11 +30,11 @@ from gateway.text import clean
 from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.turns.hub import DeltaEvent, Hub, Typing
 from gateway.turns.leases import ConversationLeases
-from gateway.turns.steps import fit_steps, steps_tokens, tool_room, tools_tokens
+from gateway.turns.steps import as_turns, fit_steps, steps_tokens, tool_room, tools_tokens
 from memory.archive.reads import ChunkView
 from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
 from memory.provenance import NOTICE_SOURCE
-from memory.recall import Scope, answer
+from memory.recall import Scope
 from memory.storage.conversations import Conversations, TurnState
 from memory.storage.leases import Held, LeaseLost
 from memory.storage.lookups import NewLookup
@@ -383,30 +383,36 @@ class TurnRunner:
         left = self._limits.max_tool_calls
         try:
             while True:
-                text, calls = await self._call_model(
-                    state.conversation_id,
-                    replace(prompt, steps=fit_steps(steps, room), may_call_tools=left > 0),
-                )
+                carried = fit_steps(steps, room)
+                if steps and left <= 0:
+                    # The last call: no tools declared at all, the rounds written out as
+                    # text, so the model can only answer.
+                    last = prompt.turns + as_turns(carried)
+                    asked = replace(prompt, turns=last, tools=(), steps=())
+                else:
+                    asked = replace(prompt, steps=carried)
+                text, calls = await self._call_model(state.conversation_id, asked)
                 if not calls or self._recall is None:
                     break
                 if left <= 0:
-                    # Told to answer now, the model called tools anyway.
+                    # Offered no tools, the model (or its server) called some anyway.
                     if text:
                         break
                     return _Answer(TOOL_LIMIT_NOTICE, Role.EVENT, NOTICE_SOURCE)
                 scope = scope or await self._scope(state)
-                step = await self._run_tools(scope, calls[:left])
+                # Calls past the limit are not run, nor shown again: the next call,
+                # the last, is told the lookups are used up.
+                run = calls[:left]
+                step = await self._run_tools(scope, run)
                 lookups += step
                 left -= len(step)
-                refused = [_over_the_limit(call) for call in calls[len(step) :]]
-                results = tuple(lookup.result for lookup in step) + tuple(refused)
-                steps.append(ToolStep(text, tuple(calls), results))
+                steps.append(ToolStep(text, tuple(run), tuple(lookup.result for lookup in step)))
         finally:
             if lookups and self._recall is not None:
                 await self._recall.record(state.conversation_id, trigger.id, lookups)
         if not text:
             raise LLMError("the model returned an empty reply")
-        return _Answer(text, prompt_tokens=_size(prompt, fit_steps(steps, room)))
+        return _Answer(text, prompt_tokens=_size(asked, asked.steps))
 
     async def _call_model(
         self, conversation_id: uuid.UUID, prompt: Prompt
@@ -501,10 +507,6 @@ def _size(prompt: Prompt, steps: Sequence[ToolStep]) -> int:
     """About how many tokens a call's prompt is: system, turns and tool steps."""
     texts = [prompt.system, *(turn.content for turn in prompt.turns)]
     return sum(message_tokens(text) for text in texts) + steps_tokens(steps)
-
-
-def _over_the_limit(call: ToolCall) -> str:
-    return answer(f"Not run: this turn's lookups are used up ({call.name}). Answer now.")
 
 
 @contextlib.asynccontextmanager

@@ -12,8 +12,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gateway.llm.base import Tool, ToolCall, ToolStep
-from memory.recall import ANSWER_TOKENS, answer
+from gateway.llm.base import ChatTurn, Tool, ToolCall, ToolStep
+from memory.provenance import NOTICE_SOURCE, escape_typed, label
+from memory.recall import ANSWER_TOKENS, SOURCE, answer
 from memory.tokens import message_tokens
 
 # What one call may add: its answer, and the call as the model wrote it.
@@ -28,6 +29,9 @@ DROPPED = answer(
     "(This result was left out to make room for later ones; make the call again if you "
     "still need it.)"
 )
+
+
+USED_UP = "This turn's lookups are used up: answer now, from what they found and what you know."
 
 
 def tool_room(window: int, max_calls: int) -> int:
@@ -63,6 +67,29 @@ def fit_steps(steps: Sequence[ToolStep], room: int) -> tuple[ToolStep, ...]:
     while fitted and steps_tokens(fitted) > room:
         fitted.pop(0)
     return tuple(fitted)
+
+
+def as_turns(steps: Sequence[ToolStep]) -> tuple[ChatTurn, ...]:
+    """The rounds written out as turns, for a last call that declares no tools (a
+    provider refuses tool blocks without them, and some servers let a model call tools
+    it was told not to): each round's own text as the assistant's, then what its calls
+    returned behind the archive's source line; last, that the lookups are used up."""
+    turns: list[ChatTurn] = []
+    for step in steps:
+        if step.text.strip():
+            turns.append(ChatTurn("assistant", step.text))
+        found = [
+            f"What {call.name} {escape_typed(call.arguments)} returned:\n{_body(result)}"
+            for call, result in zip(step.calls, step.results, strict=True)
+        ]
+        turns.append(ChatTurn("user", "\n\n".join([SOURCE, *found])))
+    turns.append(ChatTurn("user", label(USED_UP, source=NOTICE_SOURCE)))
+    return tuple(turns)
+
+
+def _body(result: str) -> str:
+    """A tool's answer without its source line: the turn it goes in has one."""
+    return result.removeprefix(f"{SOURCE}\n")
 
 
 def _step_tokens(step: ToolStep) -> int:
