@@ -19,7 +19,16 @@ from memory.archive.transcript import speaker
 from memory.profile.profiles import Profiles
 from memory.provenance import dialogue, escape_typed, header
 from memory.storage.messages import StoredMessage
-from memory.storage.search import ELLIPSIS, MAX_WORDS, HitKind, Search, SearchHit, search_words
+from memory.storage.search import (
+    COUNT_LIMIT,
+    ELLIPSIS,
+    MAX_WORDS,
+    HitKind,
+    Ranked,
+    Search,
+    SearchHit,
+    search_words,
+)
 from memory.tokens import estimate_tokens
 from memory.zones import zone
 
@@ -27,7 +36,9 @@ SOURCE = header("source", "archive")
 # What one answer may cost the prompt; a turn makes a few (PARLEY_LLM_MAX_TOOL_CALLS).
 ANSWER_TOKENS = 1200
 SEARCH_HITS = 8
-SEARCH_CANDIDATES = 40
+# Of each kind, the best this many are read: transcripts that only repeat a message hit
+# give way to the next.
+SEARCH_CANDIDATES = 2 * SEARCH_HITS
 RETIRED_FACTS = 20
 # A message hit up to this long is shown whole rather than as a snippet.
 WHOLE_MESSAGE_CHARS = 400
@@ -61,16 +72,21 @@ class Recall:
         tz = zone(scope.timezone)
         since = None if start is None else datetime.combine(start, time(), tz)
         until = None if end is None else datetime.combine(end + timedelta(days=1), time(), tz)
-        found = await self._search.search(
-            scope.conversation_id, query, limit=SEARCH_CANDIDATES, start=since, end=until
-        )
+        found, loose = await self._found(scope, query, since, until)
+        shown = query.strip()[:200]
         hits = _best(found)
         if not hits:
-            return answer(f"No message or transcript has all of: {query.strip()[:200]}")
+            nor = ", nor any of its words" if loose else ""
+            return answer(f"No message or transcript has all of: {shown}{nor}.")
         placed = await self._reads.placed(
             scope.conversation_id, [h.seq for h in hits if h.seq is not None]
         )
-        lines = [f"{len(hits)} of {len(found)} hits, best first:"]
+        lines = [
+            f"The {len(hits)} best of {_count(found.message_count)} messages and "
+            f"{_count(found.chunk_count)} archived transcripts that match, best first:"
+        ]
+        if loose:
+            lines.insert(0, f"No message or transcript has all of: {shown}. Some of its words:")
         for hit in hits:
             when = f"{hit.time.astimezone(tz):%Y-%m-%d %H:%M}"
             if hit.kind is HitKind.CHUNK:
@@ -82,6 +98,24 @@ class Recall:
                 lines.append(f"- {when} · {_message_hit(hit, *placed[hit.seq])}")
         lines.append("Read around a hit with archive_read(chunk_id, around=<message number>).")
         return answer(_fit(lines, separator="\n"))
+
+    async def _found(
+        self, scope: Scope, query: str, since: datetime | None, until: datetime | None
+    ) -> tuple[Ranked, bool]:
+        """The best hits for every word of `query`; if none has every word, for any
+        (True: it came to that)."""
+        for any_word in (False, True):
+            found = await self._search.best(
+                scope.conversation_id,
+                query,
+                limit=SEARCH_CANDIDATES,
+                start=since,
+                end=until,
+                any_word=any_word,
+            )
+            if found.messages or found.chunks or len(search_words(query)) == 1:
+                break
+        return found, any_word
 
     async def expand(self, scope: Scope, row_id: int) -> str:
         """The rows a timeline row summarises, one level down."""
@@ -151,19 +185,22 @@ class Recall:
         return row
 
 
-def _best(hits: Sequence[SearchHit]) -> list[SearchHit]:
+def _best(found: Ranked) -> list[SearchHit]:
     """The best message hits, then transcripts that add something (words spread over
     several messages): a word said is found as a message and again in its transcript."""
-    messages = sorted((h for h in hits if h.kind is HitKind.MESSAGE), key=lambda h: -h.rank)
-    picked = messages[:SEARCH_HITS]
+    picked = found.messages[:SEARCH_HITS]
     seqs = {h.seq for h in picked}
-    for hit in sorted((h for h in hits if h.kind is HitKind.CHUNK), key=lambda h: -h.rank):
+    for hit in found.chunks:
         if len(picked) >= SEARCH_HITS:
             break
         low, high = hit.seq_start or 0, hit.seq_end or 0
         if not any(s is not None and low <= s <= high for s in seqs):
             picked.append(hit)
     return picked
+
+
+def _count(found: int) -> str:
+    return f"at least {found}" if found >= COUNT_LIMIT else str(found)
 
 
 def _message_hit(hit: SearchHit, message: StoredMessage, chunk: int | None) -> str:

@@ -46,6 +46,35 @@ async def test_search_finds_archived_words_with_their_row_and_time(world: World)
     assert estimate_tokens(found) <= ANSWER_TOKENS
 
 
+async def test_the_best_match_comes_first_however_many_newer_weaker_ones(world: World) -> None:
+    conversation, bo = world.bo.conversation_id, world.bo.identity_id
+    best = await world.say(conversation, bo, "discord", "qxdoor qxcode 4711: the qxdoor qxcode.")
+    for n in range(45):  # newer, each with both words once, far apart
+        await world.say(conversation, bo, "discord", f"qxdoor {FILLER} {n} qxcode")
+
+    found = await _recall(world).search(_bo(world), "qxdoor qxcode")
+
+    first = found.splitlines()[2]
+    assert f"message #{best.seq} " in first, found
+    assert "qxdoor qxcode 4711: the qxdoor qxcode." in first
+    assert "of 46 messages and 0 archived transcripts that match" in found  # every one
+
+
+async def test_a_search_with_no_hit_for_every_word_shows_hits_for_some(world: World) -> None:
+    recall = _recall(world)
+
+    some = await recall.search(_ana(world), f"{MARKER} qxneversaid")
+    none = await recall.search(_ana(world), "qxneversaid qxnorthis")
+
+    assert some.splitlines()[1] == (
+        f"No message or transcript has all of: {MARKER} qxneversaid. Some of its words:"
+    )
+    assert f"{MARKER} number" in some
+    assert none.endswith(
+        "No message or transcript has all of: qxneversaid qxnorthis, nor any of its words."
+    )
+
+
 async def test_search_by_day_is_in_the_persons_time_zone(world: World) -> None:
     recall = _recall(world)
     that_day = await recall.search(_ana(world), MARKER, date(2026, 3, 1), date(2026, 3, 1))

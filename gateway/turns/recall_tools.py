@@ -43,8 +43,9 @@ TOOLS = (
         "Search everything said in this conversation, word for word: recent messages and "
         "the verbatim transcripts below the archive's summaries. Use it when an answer "
         "needs a detail the summaries may have dropped (a name, a number, an address, a "
-        "date, exact words). Every word given must occur. Hits come best first, with "
-        "their time, message number and archive row.",
+        "date, exact words). Hits have every word given (or, when none has them all, "
+        "some: the answer says so) and come best first however old, with their time, "
+        "message number and archive row.",
         {
             "type": "object",
             "properties": {
