@@ -17,7 +17,7 @@ from datetime import date, datetime, time, timedelta, tzinfo
 from memory.archive.reads import ArchiveReads, ChunkView
 from memory.archive.transcript import speaker
 from memory.profile.profiles import Profiles
-from memory.provenance import dialogue, escape_typed, header
+from memory.provenance import NOT_DIALOGUE, dialogue, escape_typed, header
 from memory.storage.messages import StoredMessage
 from memory.storage.search import (
     COUNT_LIMIT,
@@ -112,6 +112,7 @@ class Recall:
                 start=since,
                 end=until,
                 any_word=any_word,
+                left_out=NOT_DIALOGUE,  # what a model reads of the conversation, no more
             )
             if found.messages or found.chunks or len(search_words(query)) == 1:
                 break

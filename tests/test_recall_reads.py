@@ -11,8 +11,11 @@ from sqlalchemy import update
 
 from memory.archive.limits import MemoryLimits
 from memory.profile.profiles import Profiles
+from memory.provenance import COMMAND_SOURCE, NOTICE_SOURCE
 from memory.recall import ANSWER_TOKENS, SOURCE, Recall, Scope
-from memory.storage.models import Chunk
+from memory.storage.messages import NewMessage
+from memory.storage.models import Chunk, Role
+from memory.storage.search import HitKind
 from memory.tokens import estimate_tokens
 from memory.zones import zone
 from tests.support.world import FILLER, MARKER, OTHER, World
@@ -73,6 +76,49 @@ async def test_a_search_with_no_hit_for_every_word_shows_hits_for_some(world: Wo
     assert none.endswith(
         "No message or transcript has all of: qxneversaid qxnorthis, nor any of its words."
     )
+
+
+async def test_search_leaves_out_commands_and_what_the_gateway_said(world: World) -> None:
+    conversation, bo = world.bo.conversation_id, world.bo.identity_id
+    said = world.repos.messages.add_message
+    export = await world.say(conversation, bo, "discord", "/export qxcommandword", reply=None)
+    await said(
+        conversation,
+        NewMessage(
+            Role.EVENT,
+            "discord",
+            "Your export (qxlinkword), valid 24 h: https://parley.example/once/x1",
+            source=COMMAND_SOURCE,
+            reply_to_seq=export.seq,
+        ),
+        now=world.now(),
+    )
+    await said(
+        conversation,
+        NewMessage(Role.EVENT, "discord", "qxnoticeword: model down", source=NOTICE_SOURCE),
+        now=world.now(),
+    )
+    await world.say(conversation, bo, "discord", "qxdialogueword, said and kept")
+    for n in range(20):  # enough to archive all of it, into a transcript
+        await world.say(conversation, bo, "discord", f"{OTHER} {n} {FILLER}")
+    await world.archive_all(conversation)
+    recall = _recall(world)
+    gateway_words = ("qxcommandword", "qxlinkword", "qxnoticeword")
+
+    found = {word: await recall.search(_bo(world), word) for word in gateway_words}
+    mixed = await recall.search(_bo(world), "qxlinkword qxdialogueword")
+    kept = await recall.search(_bo(world), "qxdialogueword")
+    # The verbatim record (the REST search) still has them, message and transcript.
+    record = [await world.repos.search.search(conversation, w, limit=5) for w in gateway_words]
+
+    for word, answer in found.items():
+        assert answer.endswith(f"No message or transcript has all of: {word}."), answer
+    assert "qxlinkword" not in mixed.split("Some of its words:")[1]
+    assert "qxdialogueword, said and kept" in mixed
+    assert "message #" in kept
+    assert [sorted(h.kind for h in hits) for hits in record] == [
+        [HitKind.CHUNK, HitKind.MESSAGE]
+    ] * len(gateway_words)
 
 
 async def test_search_by_day_is_in_the_persons_time_zone(world: World) -> None:

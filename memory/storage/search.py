@@ -32,6 +32,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     column,
+    exists,
     func,
     literal,
     literal_column,
@@ -42,7 +43,7 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from memory.storage.models import Chunk, Message
 
@@ -134,6 +135,16 @@ class SearchHit:
 
 
 @dataclass(frozen=True, slots=True)
+class LeftOut:
+    """Messages `best` leaves out: any from one of `sources`, and any that a message from
+    one of `answered_by` answers (a chat command, answered by the gateway). A transcript
+    is then found only by words of the messages it keeps."""
+
+    sources: frozenset[str] = frozenset()
+    answered_by: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Ranked:
     """The most relevant hits of one search, each kind best first, and how many of each
     kind match (at most `COUNT_LIMIT`: a count that reached it means at least that)."""
@@ -222,10 +233,12 @@ class Search:
         start: datetime | None = None,
         end: datetime | None = None,
         any_word: bool = False,
+        left_out: LeftOut | None = None,
     ) -> Ranked:
         """The `limit` most relevant messages and the `limit` most relevant level-0
         transcripts of one conversation with every word of `query` (`any_word`: with
-        any), as `search` finds them, whatever their age; the newer first of equals."""
+        any), as `search` finds them, whatever their age; the newer first of equals.
+        Without the messages `left_out` names."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
         if any(t is not None and t.tzinfo is None for t in (start, end)):
@@ -240,7 +253,8 @@ class Search:
                     session,
                     index.scored(source, words, any_word=any_word),
                     source,
-                    _in(source, conversation_id, start, end),
+                    _in(source, conversation_id, start, end)
+                    + _keeping(index, source, words, any_word, left_out),
                     limit,
                 )
                 for source in _SOURCES
@@ -393,6 +407,50 @@ def _in(
     if end is not None:
         conditions.append(Chunk.time_start < end)
     return conditions
+
+
+def _keeping(
+    index: _Index,
+    source: _Source,
+    words: Sequence[str],
+    any_word: bool,
+    left_out: LeftOut | None,
+) -> list[ColumnElement[bool]]:
+    """A message `left_out` does not name; a transcript with the words (every one, or
+    any) in messages it does not name."""
+    if left_out is None:
+        return []
+    if source.kind is HitKind.MESSAGE:
+        return _kept(Message, left_out)
+    said = aliased(Message)
+    in_said = _Source(HitKind.MESSAGE, MESSAGES_FTS, Message.__table__, said.id, said.text)
+
+    def said_here(wanted: Sequence[str]) -> ColumnElement[bool]:
+        return exists().where(
+            said.conversation_id == Chunk.conversation_id,
+            said.seq.between(Chunk.seq_start, Chunk.seq_end),
+            index.matches(in_said, wanted, any_word=any_word),
+            *_kept(said, left_out),
+        )
+
+    return [said_here(words)] if any_word else [said_here([word]) for word in words]
+
+
+def _kept(message: type[Message], left_out: LeftOut) -> list[ColumnElement[bool]]:
+    kept: list[ColumnElement[bool]] = []
+    if left_out.sources:
+        sources = sorted(left_out.sources)
+        kept.append(or_(message.source.is_(None), message.source.not_in(sources)))
+    if left_out.answered_by:
+        answer = aliased(Message)
+        kept.append(
+            ~exists().where(
+                answer.conversation_id == message.conversation_id,
+                answer.reply_to_seq == message.seq,
+                answer.source.in_(sorted(left_out.answered_by)),
+            )
+        )
+    return kept
 
 
 def _hit(kind: HitKind, row: Any, snippet: str, rank: float) -> SearchHit:
