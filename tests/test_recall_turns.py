@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,9 +18,11 @@ from gateway.jobs.queue import EmbeddedQueue
 from gateway.turns.runner import ANSWER_CHARS, TOOL_LIMIT_NOTICE
 from memory.storage.models import ChunkStatus
 from memory.tokens import message_tokens
+from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
 from tests.support.archive_checks import marked_text
 from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, next_frame, running_gateway
+from tests.support.platforms import platform_gateway
 
 Kind = Literal["openai", "anthropic"]
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -348,3 +351,72 @@ async def test_on_a_small_model_no_call_of_a_tool_using_turn_outgrows_its_window
     assert "left out to make room" in written
     assert json.dumps(results[-1].removeprefix("[source: archive]\n"))[1:-1] in written
     assert _system(turn[0]) == _system(turn[-1])
+
+
+def _replies(chat: int, count: int) -> Callable[[tg.FakeTelegram], bool]:
+    """Whether the bot has sent `count` messages to `chat`."""
+    return lambda fake: len(fake.texts(chat)) == count
+
+
+async def test_a_group_turn_reads_nothing_of_a_members_own_conversation(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    secret = "My bank PIN is qxsecretpin 4711, keep it between us."
+    group = tg.group_chat()
+    ann = 5555
+    rows: list[int] = []
+    results: dict[str, list[str]] = {}
+
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        asked = next(
+            (q for q in ("qxgroupquestion", "qxownquestion") if q in json.dumps(body)), None
+        )
+        if not _is_turn(body) or asked is None:
+            return None
+        if found := _tool_results(body):
+            results[asked] = found
+            return Reply("That is all I found.")
+        if asked == "qxownquestion":
+            return CallTools([("archive_search", {"query": "qxsecretpin"})])
+        return CallTools(
+            [
+                ("archive_search", {"query": "qxsecretpin"}),
+                ("archive_read", {"chunk_id": rows[0], "around": "qxsecretpin"}),
+                ("archive_expand", {"row_id": rows[0]}),
+                ("retired_facts_search", {"query": "PIN"}),
+            ]
+        )
+
+    llm.responder = model
+    # An 8k model: Ann's own conversation is archived after a few messages.
+    async with platform_gateway(database_url, tmp_path, llm, llm_context_tokens=8_000) as p:
+        queue = p.gw.services.queue
+        assert isinstance(queue, EmbeddedQueue)
+        for number in range(60):
+            text = secret if number == 0 else marked_text(number, 60)
+            await p.telegram(tg.text_update(ann, text, first_name="Ann"))
+            await p.tg.wait_until(_replies(ann, number + 1))
+            await queue.idle()
+            [own] = [s for s in await p.sessions() if s["kind"] == "personal"]
+            chunks = await p.gw.services.archive.chunks(uuid.UUID(own["id"]))
+            rows = [c.id for c in chunks if c.level == 0 and c.seq_start == 1]
+            if rows:
+                break
+        assert rows, "Ann's first words were never archived"
+
+        mention = f"@{tg.BOT_USERNAME} qxgroupquestion: what is Ann's PIN?"
+        await p.telegram(tg.mention_update(ann, mention, group, first_name="Ann"))
+        await p.tg.wait_until(lambda f: len(f.texts(group["id"])) == 1)
+        sent = len(p.tg.texts(ann))
+        await p.telegram(tg.text_update(ann, "qxownquestion: my PIN?", first_name="Ann"))
+        await p.tg.wait_until(_replies(ann, sent + 1))
+
+    searched, read, expanded, retired = results["qxgroupquestion"]
+    assert p.tg.texts(group["id"]) == ["That is all I found."]
+    assert searched.endswith("No message or transcript has all of: qxsecretpin.")
+    assert read.endswith(f"No archive row #{rows[0]} in this conversation.")
+    assert expanded.endswith(f"No archive row #{rows[0]} in this conversation.")
+    assert retired.endswith("A group conversation has no profile, so no retired facts.")
+    assert not any("4711" in result for result in results["qxgroupquestion"])
+    # The same search in her own conversation finds it: there was something to keep out.
+    assert secret in results["qxownquestion"][0]
