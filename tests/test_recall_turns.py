@@ -227,6 +227,25 @@ async def test_a_model_that_keeps_calling_tools_is_stopped_and_still_answers(
     )
 
 
+async def test_a_made_up_tool_of_any_name_gets_a_short_error_and_the_turn_answers(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    name = "archive_" + "x" * 5000
+    llm.responder = _one_lookup_then(name, {"query": "anything"})
+    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+        token, conversation = await gw.visitor()
+        answered = await gw.send(token, "look it up")
+        lookups = await gw.http.get(f"/api/v1/sessions/{conversation}/lookups", headers=ADMIN)
+
+    [error] = _tool_results(llm.requests[-1])
+    assert answered.json()["reply"]["text"] == "done"
+    assert error.startswith(f"[source: archive]\nError: there is no tool '{name[:64]}…'; the tools")
+    assert len(error) < 300
+    [lookup] = lookups.json()["items"]
+    assert lookup["tool"] == name[:64]
+    assert lookup["result"] == error
+
+
 async def test_a_server_that_calls_tools_it_was_not_offered_ends_with_a_notice(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gateway.llm.base import ChatTurn, Tool, ToolCall, ToolStep
+from gateway.turns.recall_tools import MAX_NAME_CHARS
 from memory.provenance import NOTICE_SOURCE, escape_typed, label
 from memory.recall import ANSWER_TOKENS, SOURCE, answer
 from memory.tokens import message_tokens
@@ -106,7 +107,9 @@ def _bounded(step: ToolStep) -> ToolStep:
 
 
 def _bounded_call(call: ToolCall) -> ToolCall:
-    return replace(call, name=call.name[:100], arguments=_clip(call.arguments, ARGUMENT_CHARS))
+    return replace(
+        call, name=call.name[:MAX_NAME_CHARS], arguments=_clip(call.arguments, ARGUMENT_CHARS)
+    )
 
 
 def _clip(text: str, chars: int) -> str:
