@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from sqlalchemy import select
 
 from gateway.jobs.queue import EmbeddedQueue
+from gateway.turns.recall_tools import GUIDE
 from gateway.turns.runner import ANSWER_CHARS, TOOL_LIMIT_NOTICE
-from memory.storage.models import ChunkStatus
-from memory.tokens import message_tokens
+from memory.storage.engine import session_factory
+from memory.storage.models import ChunkStatus, Message
+from memory.tokens import estimate_tokens, message_tokens
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
 from tests.support.archive_checks import marked_text
@@ -225,6 +228,38 @@ async def test_a_model_that_keeps_calling_tools_is_stopped_and_still_answers(
         '- archive_search {"query": "try 7"}\n'
         '- archive_expand {"row_id": 1}'
     )
+
+
+@pytest.mark.parametrize("provider", ["openai", "offline"])
+async def test_the_recall_guide_is_in_the_prompt_only_where_tools_are_offered(
+    database_url: str, tmp_path: Path, llm: FakeLLM, provider: str
+) -> None:
+    persona = tmp_path / "persona.md"
+    persona.write_text("# Who you are\nA short persona, so the guide would stand out.")
+    model = llm if provider == "openai" else None
+    settings = make_settings(database_url, tmp_path, model, persona_file=persona)
+    assert settings.llm_max_tool_calls > 0  # tools on, as by default
+    async with running_gateway(settings) as gw:
+        token, conversation = await gw.visitor()
+        answered = await gw.send(token, "hello")
+        # What the turn's prompt came to, as stored with its reply.
+        async with session_factory(gw.services.engine)() as session:
+            prompt_tokens = await session.scalar(
+                select(Message.prompt_tokens).where(
+                    Message.conversation_id == uuid.UUID(conversation), Message.seq == 2
+                )
+            )
+
+    assert answered.json()["reply"]["role"] == "assistant"
+    assert prompt_tokens is not None
+    if provider == "openai":
+        [request] = llm.requests
+        assert GUIDE in _system(request)
+        assert "archive_search" in json.dumps(request["tools"])
+        assert prompt_tokens > estimate_tokens(GUIDE)
+    else:
+        assert "No language model is configured" in answered.json()["reply"]["text"]
+        assert prompt_tokens < estimate_tokens(GUIDE)  # persona, clock and "hello" only
 
 
 async def test_a_made_up_tool_of_any_name_gets_a_short_error_and_the_turn_answers(
