@@ -23,7 +23,7 @@ from memory.storage.models import ChunkStatus, Message
 from memory.tokens import estimate_tokens, message_tokens
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
-from tests.support.archive_checks import marked_text
+from tests.support.archive_checks import marked_text, request_kind
 from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, next_frame, running_gateway
 from tests.support.platforms import platform_gateway
 
@@ -474,3 +474,43 @@ async def test_a_group_turn_reads_nothing_of_a_members_own_conversation(
     assert not any("4711" in result for result in results["qxgroupquestion"])
     # The same search in her own conversation finds it: there was something to keep out.
     assert secret in results["qxownquestion"][0]
+
+
+async def test_what_the_tools_read_back_never_reaches_profile_extraction(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    question = "qxlookupquestion: did I ever mention it?"
+
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        asks = [m for m in body["messages"] if m["role"] == "user"][-1:]
+        if not _is_turn(body) or question not in json.dumps(asks):
+            return None  # not the turn that answers the question
+        if _tool_results(body):
+            return Reply("No, never.")
+        return CallTools([("archive_search", {"query": "qxtoolonlyword"})])
+
+    llm.responder = model
+    settings = _settings(database_url, tmp_path, llm, "openai", llm_context_tokens=8_000)
+    async with running_gateway(settings) as gw:
+        token, conversation = await gw.visitor()
+        asked = await gw.send(token, question)
+        queue = gw.services.queue
+        assert isinstance(queue, EmbeddedQueue)
+        extractions: list[dict[str, Any]] = []
+        for number in range(1, 100):  # until the turn's chunk gave its facts
+            assert (await gw.send(token, marked_text(number, 60))).status_code == 200
+            await gw.services.runner.idle()
+            await queue.idle()
+            extractions = [b for b in llm.requests if request_kind(b) == "extract"]
+            if any(question in json.dumps(b) for b in extractions):
+                break
+        lookups = await gw.http.get(f"/api/v1/sessions/{conversation}/lookups", headers=ADMIN)
+
+    assert asked.json()["reply"]["text"] == "No, never."
+    [lookup] = lookups.json()["items"]
+    assert lookup["result"].startswith("[source: archive]\n")
+    assert "qxtoolonlyword" in lookup["result"]  # what the tool said, and only it
+    extraction = next(b for b in extractions if question in json.dumps(b))
+    assert "No, never." in json.dumps(extraction)  # the turn's answer is context
+    assert "[source: archive]" not in json.dumps(extraction)
+    assert "qxtoolonlyword" not in json.dumps(extraction)
