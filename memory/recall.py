@@ -65,8 +65,9 @@ class Recall:
     async def search(
         self, scope: Scope, query: str, start: date | None = None, end: date | None = None
     ) -> str:
-        """The best hits for every word of `query`, messages and transcripts, between
-        the days `start` and `end` (both included, in the person's time zone)."""
+        """The best hits for every word of `query` (else, saying so, for some of them),
+        messages and transcripts of the dialogue however old, between the days `start`
+        and `end` (both included, in the person's time zone)."""
         if not search_words(query):
             return answer("Nothing to search for: give a few words that were said.")
         tz = zone(scope.timezone)

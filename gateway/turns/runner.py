@@ -372,9 +372,10 @@ class TurnRunner:
 
     async def _generate(self, state: TurnState, prompt: Prompt, trigger: StoredMessage) -> _Answer:
         """Ask the model, run the recall tools it calls (up to the limit) and ask again
-        with their answers, until it answers in text. The prompt's system text and turns
-        stay the same on every call; only the steps grow, within what the window leaves
-        them."""
+        with their answers, until it answers in text. The prompt's system text is the
+        same bytes on every call, and its turns too up to the last call at the limit,
+        which has the rounds written out after them; only the steps grow, within what
+        the window leaves them."""
         window = self._limits.context_tokens - self._limits.max_reply_tokens
         room = window - _size(prompt, []) - tools_tokens(prompt.tools)
         steps: list[ToolStep] = []

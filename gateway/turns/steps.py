@@ -3,7 +3,8 @@
 A turn's system prompt and live turns are sized once, at its start, leaving room for the
 tool rounds (`tool_room`). Each later call carries the rounds made so far; when they no
 longer fit that room, the oldest results give way first (the model is told it may ask
-again), then the oldest rounds, so no call's prompt outgrows the model's window.
+again), then the oldest rounds, so no call's prompt outgrows the model's window. The
+last call, at the limit of calls, has them written out as turns instead (`as_turns`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ DROPPED = answer(
     "(This result was left out to make room for later ones; make the call again if you "
     "still need it.)"
 )
-
-
 USED_UP = "This turn's lookups are used up: answer now, from what they found and what you know."
 
 
