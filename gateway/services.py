@@ -32,6 +32,7 @@ from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memo
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
 from gateway.llm.base import Usage
+from gateway.llm.offline import OfflineProvider
 from gateway.metrics import Metrics
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
@@ -146,7 +147,9 @@ class Services:
             limits=TurnLimits(
                 settings.llm_context_tokens,
                 settings.llm_max_reply_tokens,
-                settings.llm_max_tool_calls,
+                # The offline provider calls no tools: its turns are neither offered
+                # them nor told of them.
+                0 if isinstance(llm, OfflineProvider) else settings.llm_max_tool_calls,
             ),
             outbox=outbox,
             leases=ConversationLeases(

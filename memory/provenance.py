@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from memory.storage.search import LeftOut
+
 if TYPE_CHECKING:
     from memory.storage.messages import StoredMessage
 
@@ -21,6 +23,12 @@ _LOOKS_LIKE_HEADER = re.compile(
 
 NOTICE_SOURCE = "gateway notice"
 COMMAND_SOURCE = "gateway command"
+
+
+# What `dialogue` leaves out, as a search leaves it out.
+NOT_DIALOGUE = LeftOut(
+    sources=frozenset({NOTICE_SOURCE, COMMAND_SOURCE}), answered_by=frozenset({COMMAND_SOURCE})
+)
 
 
 def from_gateway(source: str | None) -> bool:

@@ -17,9 +17,18 @@ from datetime import date, datetime, time, timedelta, tzinfo
 from memory.archive.reads import ArchiveReads, ChunkView
 from memory.archive.transcript import speaker
 from memory.profile.profiles import Profiles
-from memory.provenance import dialogue, escape_typed, header
+from memory.provenance import NOT_DIALOGUE, dialogue, escape_typed, header
 from memory.storage.messages import StoredMessage
-from memory.storage.search import MAX_WORDS, HitKind, Search, SearchHit, search_words
+from memory.storage.search import (
+    COUNT_LIMIT,
+    ELLIPSIS,
+    MAX_WORDS,
+    HitKind,
+    Ranked,
+    Search,
+    SearchHit,
+    search_words,
+)
 from memory.tokens import estimate_tokens
 from memory.zones import zone
 
@@ -27,7 +36,9 @@ SOURCE = header("source", "archive")
 # What one answer may cost the prompt; a turn makes a few (PARLEY_LLM_MAX_TOOL_CALLS).
 ANSWER_TOKENS = 1200
 SEARCH_HITS = 8
-SEARCH_CANDIDATES = 40
+# Of each kind, the best this many are read: transcripts that only repeat a message hit
+# give way to the next.
+SEARCH_CANDIDATES = 2 * SEARCH_HITS
 RETIRED_FACTS = 20
 # A message hit up to this long is shown whole rather than as a snippet.
 WHOLE_MESSAGE_CHARS = 400
@@ -54,23 +65,29 @@ class Recall:
     async def search(
         self, scope: Scope, query: str, start: date | None = None, end: date | None = None
     ) -> str:
-        """The best hits for every word of `query`, messages and transcripts, between
-        the days `start` and `end` (both included, in the person's time zone)."""
+        """The best hits for every word of `query` (else, saying so, for some of them),
+        messages and transcripts of the dialogue however old, between the days `start`
+        and `end` (both included, in the person's time zone)."""
         if not search_words(query):
             return answer("Nothing to search for: give a few words that were said.")
         tz = zone(scope.timezone)
         since = None if start is None else datetime.combine(start, time(), tz)
         until = None if end is None else datetime.combine(end + timedelta(days=1), time(), tz)
-        found = await self._search.search(
-            scope.conversation_id, query, limit=SEARCH_CANDIDATES, start=since, end=until
-        )
+        found, loose = await self._found(scope, query, since, until)
+        shown = query.strip()[:200]
         hits = _best(found)
         if not hits:
-            return answer(f"No message or transcript has all of: {query.strip()[:200]}")
+            nor = ", nor any of its words" if loose else ""
+            return answer(f"No message or transcript has all of: {shown}{nor}.")
         placed = await self._reads.placed(
             scope.conversation_id, [h.seq for h in hits if h.seq is not None]
         )
-        lines = [f"{len(hits)} of {len(found)} hits, best first:"]
+        lines = [
+            f"The {len(hits)} best of {_count(found.message_count)} messages and "
+            f"{_count(found.chunk_count)} archived transcripts that match, best first:"
+        ]
+        if loose:
+            lines.insert(0, f"No message or transcript has all of: {shown}. Some of its words:")
         for hit in hits:
             when = f"{hit.time.astimezone(tz):%Y-%m-%d %H:%M}"
             if hit.kind is HitKind.CHUNK:
@@ -82,6 +99,25 @@ class Recall:
                 lines.append(f"- {when} · {_message_hit(hit, *placed[hit.seq])}")
         lines.append("Read around a hit with archive_read(chunk_id, around=<message number>).")
         return answer(_fit(lines, separator="\n"))
+
+    async def _found(
+        self, scope: Scope, query: str, since: datetime | None, until: datetime | None
+    ) -> tuple[Ranked, bool]:
+        """The best hits for every word of `query`; if none has every word, for any
+        (True: it came to that)."""
+        for any_word in (False, True):
+            found = await self._search.best(
+                scope.conversation_id,
+                query,
+                limit=SEARCH_CANDIDATES,
+                start=since,
+                end=until,
+                any_word=any_word,
+                left_out=NOT_DIALOGUE,  # what a model reads of the conversation, no more
+            )
+            if found.messages or found.chunks or len(search_words(query)) == 1:
+                break
+        return found, any_word
 
     async def expand(self, scope: Scope, row_id: int) -> str:
         """The rows a timeline row summarises, one level down."""
@@ -95,13 +131,11 @@ class Recall:
             )
         children = await self._reads.children(row_id)
         tz = zone(scope.timezone)
-        blocks = [
-            f"## {_span(c, tz)} (archive #{c.id}, level {c.level}, messages #{c.seq_start}–#{c.seq_end})\n"
-            + (c.summary or "(not summarised yet)").strip()
-            for c in children
-        ]
-        intro = f"archive #{row_id} (level {row.level}, {_span(row, tz)}) summarises:"
-        return answer(_fit([intro, *blocks]))
+        intro = (
+            f"archive #{row_id} (level {row.level}, {_span(row, tz)}) summarises "
+            f"{len(children)} rows:"
+        )
+        return answer(_children(intro, children, tz))
 
     async def read(self, scope: Scope, chunk_id: int, around: str | None = None) -> str:
         """A window of a level-0 row's messages as they were written: from the start, or
@@ -153,19 +187,22 @@ class Recall:
         return row
 
 
-def _best(hits: Sequence[SearchHit]) -> list[SearchHit]:
+def _best(found: Ranked) -> list[SearchHit]:
     """The best message hits, then transcripts that add something (words spread over
     several messages): a word said is found as a message and again in its transcript."""
-    messages = sorted((h for h in hits if h.kind is HitKind.MESSAGE), key=lambda h: -h.rank)
-    picked = messages[:SEARCH_HITS]
+    picked = found.messages[:SEARCH_HITS]
     seqs = {h.seq for h in picked}
-    for hit in sorted((h for h in hits if h.kind is HitKind.CHUNK), key=lambda h: -h.rank):
+    for hit in found.chunks:
         if len(picked) >= SEARCH_HITS:
             break
         low, high = hit.seq_start or 0, hit.seq_end or 0
         if not any(s is not None and low <= s <= high for s in seqs):
             picked.append(hit)
     return picked
+
+
+def _count(found: int) -> str:
+    return f"at least {found}" if found >= COUNT_LIMIT else str(found)
 
 
 def _message_hit(hit: SearchHit, message: StoredMessage, chunk: int | None) -> str:
@@ -229,6 +266,71 @@ def _fit(blocks: Iterable[str], separator: str = "\n\n") -> str:
         kept.append(block)
         used += size
     return separator.join(kept)
+
+
+def _children(intro: str, children: Sequence[ChunkView], tz: tzinfo) -> str:
+    """Every child's heading (id, level, days, messages), each with as much of its
+    summary as a fair share of the answer's budget holds: a short summary leaves its
+    unused share to the longer ones, and one cut says so and where to read on."""
+    heads = [
+        f"## {_span(c, tz)} (archive #{c.id}, level {c.level}, "
+        f"messages #{c.seq_start}–#{c.seq_end})"
+        for c in children
+    ]
+    texts = [(c.summary or "(not summarised yet)").strip() for c in children]
+    notes = [_read_on(c) for c in children]
+    # Each block is its heading, a newline, its text and a cut note, and the blank line
+    # that joins it to the next; counting the parts apart never counts less than whole.
+    fixed = estimate_tokens(f"{intro}\n\n") + sum(
+        estimate_tokens(f"{head}\n\n\n") + estimate_tokens(note)
+        for head, note in zip(heads, notes, strict=True)
+    )
+    shares = _shares([estimate_tokens(t) for t in texts], ANSWER_TOKENS - 50 - fixed)
+    blocks = [intro]
+    for head, text, note, share in zip(heads, texts, notes, shares, strict=True):
+        shown = _cut(text, share)
+        if shown != text:
+            shown = f"{shown}{note}".strip()
+        blocks.append(f"{head}\n{shown}")
+    return "\n\n".join(blocks)
+
+
+def _read_on(row: ChunkView) -> str:
+    if row.level == 0:
+        return f" (summary cut for space; archive_read({row.id}) reads its messages)"
+    return f" (summary cut for space; archive_expand({row.id}) opens the rows below it)"
+
+
+def _shares(sizes: Sequence[int], budget: int) -> list[int]:
+    """Tokens each of `sizes` may use of `budget`: the smallest first, each at most an
+    equal part of what is left, so none gets more than it needs or less than its due."""
+    shares = [0] * len(sizes)
+    left = max(0, budget)
+    for done, i in enumerate(sorted(range(len(sizes)), key=lambda i: sizes[i])):
+        shares[i] = min(sizes[i], left // (len(sizes) - done))
+        left -= shares[i]
+    return shares
+
+
+def _cut(text: str, tokens: int) -> str:
+    """`text` if it fits `tokens`, else its longest start that does with "…" after it,
+    cut after a whole word where there is one (the "…" included)."""
+    if estimate_tokens(text) <= tokens:
+        return text
+    # The estimate only grows as text does: the longest fitting start, by halving.
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if estimate_tokens(text[:middle] + ELLIPSIS) <= tokens:
+            low = middle
+        else:
+            high = middle - 1
+    start = text[:low]
+    if low < len(text) and not text[low].isspace():
+        words = start.rsplit(maxsplit=1)
+        start = words[0] if len(words) > 1 else start
+    start = start.rstrip()
+    return f"{start}{ELLIPSIS}" if start else ""
 
 
 def _span(row: ChunkView, tz: tzinfo) -> str:

@@ -12,6 +12,7 @@ from gateway.errors import LLMUnavailable
 from gateway.llm import ChatTurn, LLMProvider, Piece, Prompt, Tool, ToolCall, ToolStep
 from gateway.llm.anthropic import anthropic_messages, with_steps
 from gateway.llm.base import Usage
+from gateway.llm.offline import OfflineProvider
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply, fake_llm
 from tests.support.providers import Kind, provider
 
@@ -347,6 +348,17 @@ async def test_a_call_reports_its_usage(fake: FakeLLM, kind: Kind) -> None:
     assert len(pieces) == 3  # two of text, one call
     # The fake counts 10 prompt tokens and a token per piece: two of text, two of arguments.
     assert heard == [Usage(prompt=10, cached=0, completion=4)]
+
+
+async def test_the_offline_provider_offers_no_tools_and_still_answers() -> None:
+    llm = OfflineProvider()
+    pieces = [piece async for piece in llm.stream(PROMPT)]  # tools declared
+    after_a_step = [piece async for piece in llm.stream(_with(TWO_CALLS))]
+
+    for reply in (pieces, after_a_step):
+        assert reply
+        assert all(isinstance(piece, str) for piece in reply)
+        assert "No language model is configured" in "".join(str(p) for p in reply)
 
 
 def _with(*steps: ToolStep) -> Prompt:

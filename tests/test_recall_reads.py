@@ -7,9 +7,17 @@ from __future__ import annotations
 import re
 from datetime import date
 
+from sqlalchemy import update
+
+from memory.archive.limits import MemoryLimits
 from memory.profile.profiles import Profiles
+from memory.provenance import COMMAND_SOURCE, NOTICE_SOURCE
 from memory.recall import ANSWER_TOKENS, SOURCE, Recall, Scope
+from memory.storage.messages import NewMessage
+from memory.storage.models import Chunk, Role
+from memory.storage.search import HitKind
 from memory.tokens import estimate_tokens
+from memory.zones import zone
 from tests.support.world import FILLER, MARKER, OTHER, World
 
 
@@ -39,6 +47,78 @@ async def test_search_finds_archived_words_with_their_row_and_time(world: World)
     assert f"{MARKER} number 7 {FILLER}" in hit  # a short message, whole
     assert re.match(r"- 2026-03-01 \d\d:\d\d · ", hit)
     assert estimate_tokens(found) <= ANSWER_TOKENS
+
+
+async def test_the_best_match_comes_first_however_many_newer_weaker_ones(world: World) -> None:
+    conversation, bo = world.bo.conversation_id, world.bo.identity_id
+    best = await world.say(conversation, bo, "discord", "qxdoor qxcode 4711: the qxdoor qxcode.")
+    for n in range(45):  # newer, each with both words once, far apart
+        await world.say(conversation, bo, "discord", f"qxdoor {FILLER} {n} qxcode")
+
+    found = await _recall(world).search(_bo(world), "qxdoor qxcode")
+
+    first = found.splitlines()[2]
+    assert f"message #{best.seq} " in first, found
+    assert "qxdoor qxcode 4711: the qxdoor qxcode." in first
+    assert "of 46 messages and 0 archived transcripts that match" in found  # every one
+
+
+async def test_a_search_with_no_hit_for_every_word_shows_hits_for_some(world: World) -> None:
+    recall = _recall(world)
+
+    some = await recall.search(_ana(world), f"{MARKER} qxneversaid")
+    none = await recall.search(_ana(world), "qxneversaid qxnorthis")
+
+    assert some.splitlines()[1] == (
+        f"No message or transcript has all of: {MARKER} qxneversaid. Some of its words:"
+    )
+    assert f"{MARKER} number" in some
+    assert none.endswith(
+        "No message or transcript has all of: qxneversaid qxnorthis, nor any of its words."
+    )
+
+
+async def test_search_leaves_out_commands_and_what_the_gateway_said(world: World) -> None:
+    conversation, bo = world.bo.conversation_id, world.bo.identity_id
+    said = world.repos.messages.add_message
+    export = await world.say(conversation, bo, "discord", "/export qxcommandword", reply=None)
+    await said(
+        conversation,
+        NewMessage(
+            Role.EVENT,
+            "discord",
+            "Your export (qxlinkword), valid 24 h: https://parley.example/once/x1",
+            source=COMMAND_SOURCE,
+            reply_to_seq=export.seq,
+        ),
+        now=world.now(),
+    )
+    await said(
+        conversation,
+        NewMessage(Role.EVENT, "discord", "qxnoticeword: model down", source=NOTICE_SOURCE),
+        now=world.now(),
+    )
+    await world.say(conversation, bo, "discord", "qxdialogueword, said and kept")
+    for n in range(20):  # enough to archive all of it, into a transcript
+        await world.say(conversation, bo, "discord", f"{OTHER} {n} {FILLER}")
+    await world.archive_all(conversation)
+    recall = _recall(world)
+    gateway_words = ("qxcommandword", "qxlinkword", "qxnoticeword")
+
+    found = {word: await recall.search(_bo(world), word) for word in gateway_words}
+    mixed = await recall.search(_bo(world), "qxlinkword qxdialogueword")
+    kept = await recall.search(_bo(world), "qxdialogueword")
+    # The verbatim record (the REST search) still has them, message and transcript.
+    record = [await world.repos.search.search(conversation, w, limit=5) for w in gateway_words]
+
+    for word, answer in found.items():
+        assert answer.endswith(f"No message or transcript has all of: {word}."), answer
+    assert "qxlinkword" not in mixed.split("Some of its words:")[1]
+    assert "qxdialogueword, said and kept" in mixed
+    assert "message #" in kept
+    assert [sorted(h.kind for h in hits) for hits in record] == [
+        [HitKind.CHUNK, HitKind.MESSAGE]
+    ] * len(gateway_words)
 
 
 async def test_search_by_day_is_in_the_persons_time_zone(world: World) -> None:
@@ -76,6 +156,60 @@ async def test_expand_opens_a_summary_one_level_down(world: World) -> None:
     for child in children:
         assert f"(archive #{child.id}, level 0" in opened
     assert f"archive_read({children[0].id})" in leaf
+
+
+async def test_expand_shows_every_child_of_default_size_summaries_in_a_share_each(
+    world: World,
+) -> None:
+    chunks = await world.archive.chunks(world.ana.conversation_id)
+    parent = next(c for c in chunks if c.level == 1)
+    children = await world.archive.children(parent.id)
+    # Summaries as long as a default one (about 1,500 tokens), each of its own words; the
+    # last is short and needs no cutting.
+    default = MemoryLimits().summary_tokens
+    summaries = {child.id: _words(f"c{child.id}w", default) for child in children[:-1]}
+    summaries[children[-1].id] = "A short one."
+    async with world.sessions() as session:
+        for child_id, summary in summaries.items():
+            await session.execute(update(Chunk).where(Chunk.id == child_id).values(summary=summary))
+        await session.commit()
+    # Far east of UTC, so the days shown are the person's, not the server's.
+    scope = Scope(world.ana.conversation_id, world.ana.user_id, "Pacific/Kiritimati")
+
+    opened = await _recall(world).expand(scope, parent.id)
+
+    assert estimate_tokens(opened) <= ANSWER_TOKENS
+    tz = zone(scope.timezone)
+    blocks = opened.split("\n\n")[1:]
+    assert len(blocks) == len(children)
+    share = ANSWER_TOKENS // len(children)
+    for child, block in zip(children, blocks, strict=True):
+        start = child.time_start.astimezone(tz).date()
+        end = child.time_end.astimezone(tz).date()
+        span = f"{start}" if start == end else f"{start} – {end}"
+        head, shown = block.split("\n", 1)
+        assert head == (
+            f"## {span} (archive #{child.id}, level 0, "
+            f"messages #{child.seq_start}–#{child.seq_end})"
+        )
+        if child is children[-1]:
+            assert shown == "A short one."
+            continue
+        kept = re.fullmatch(
+            rf"(.+)… \(summary cut for space; archive_read\({child.id}\) reads its messages\)",
+            shown,
+        )
+        assert kept is not None, shown
+        assert summaries[child.id].startswith(kept.group(1) + " ")  # cut after a whole word
+        assert estimate_tokens(kept.group(1)) >= share // 2  # a fair part, not a scrap
+
+
+def _words(prefix: str, tokens: int) -> str:
+    """Numbered words, `prefix`1 on, about `tokens` long."""
+    words: list[str] = []
+    while estimate_tokens(" ".join(words)) < tokens:
+        words.append(f"{prefix}{len(words) + 1}")
+    return " ".join(words)
 
 
 async def test_nobody_reads_another_conversation_whatever_they_ask(world: World) -> None:

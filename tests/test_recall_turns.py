@@ -5,18 +5,27 @@ model that never stops calling tools is stopped; web chat streams only the answe
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from sqlalchemy import select
 
 from gateway.jobs.queue import EmbeddedQueue
-from gateway.turns.runner import TOOL_LIMIT_NOTICE
+from gateway.turns.recall_tools import GUIDE
+from gateway.turns.runner import ANSWER_CHARS, TOOL_LIMIT_NOTICE
+from memory.storage.engine import session_factory
+from memory.storage.models import ChunkStatus, Message
+from memory.tokens import estimate_tokens, message_tokens
+from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
-from tests.support.archive_checks import marked_text
+from tests.support.archive_checks import marked_text, request_kind
 from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, next_frame, running_gateway
+from tests.support.platforms import platform_gateway
 
 Kind = Literal["openai", "anthropic"]
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -27,9 +36,8 @@ QUESTION = "What was the door code of my new flat again?"
 def _settings(database_url: str, tmp_path: Path, llm: FakeLLM, kind: Kind, **extra: Any) -> Any:
     provider = {"llm_provider": kind, "llm_base_url": llm.base_url} if kind == "anthropic" else {}
     # A 16k-token model: the archive cuts after a few thousand tokens of talk.
-    return make_settings(
-        database_url, tmp_path, llm, llm_context_tokens=16_000, **provider, **extra
-    )
+    values = {"llm_context_tokens": 16_000} | provider | extra
+    return make_settings(database_url, tmp_path, llm, **values)
 
 
 def _system(body: dict[str, Any]) -> str:
@@ -52,6 +60,42 @@ def _tool_results(body: dict[str, Any]) -> list[str]:
         if isinstance(content, list):
             found += [str(b["content"]) for b in content if b.get("type") == "tool_result"]
     return found
+
+
+def _request_tokens(body: dict[str, Any]) -> int:
+    """What a request holds, by the project's own estimate: every text the model reads
+    (system, messages, its calls, their results) and every tool as declared."""
+    texts = [str(body["system"][0]["text"])] if "system" in body else []
+    for message in body["messages"]:
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        if isinstance(content, str):
+            texts.append(content)
+        for block in blocks:
+            if block["type"] == "text":
+                texts.append(block["text"])
+            elif block["type"] == "tool_use":
+                texts.append(f"{block['id']} {block['name']} {json.dumps(block['input'])}")
+            elif block["type"] == "tool_result":
+                texts.append(block["content"])
+        texts += [json.dumps(call) for call in message.get("tool_calls") or []]
+    texts += [json.dumps(tool) for tool in body.get("tools", [])]
+    return sum(message_tokens(text) for text in texts)
+
+
+async def _archive_talk(gw: Gateway, token: str, conversation: str, rows: int) -> list[int]:
+    """Talk until the archive has `rows` summarised level-0 rows; their ids."""
+    queue = gw.services.queue
+    assert isinstance(queue, EmbeddedQueue)
+    for number in range(1, 400):
+        assert (await gw.send(token, marked_text(number, 60))).status_code == 200
+        await gw.services.runner.idle()
+        await queue.idle()
+        chunks = await gw.services.archive.chunks(uuid.UUID(conversation))
+        ready = [c.id for c in chunks if c.level == 0 and c.status is ChunkStatus.READY]
+        if len(ready) >= rows:
+            return ready
+    raise AssertionError(f"the archive never had {rows} rows")
 
 
 async def _archive_a_detail(gw: Gateway, token: str, conversation: str) -> None:
@@ -136,40 +180,48 @@ def _one_lookup_then(tool: str, arguments: dict[str, Any]) -> Any:
     return model
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_a_model_that_keeps_calling_tools_is_stopped_and_still_answers(
-    database_url: str, tmp_path: Path, llm: FakeLLM
+    database_url: str, tmp_path: Path, llm: FakeLLM, kind: Kind
 ) -> None:
-    obeying = True
-
     def model(body: dict[str, Any], number: int) -> Behaviour | None:
         if not _is_turn(body):
             return None
-        if body.get("tool_choice") == "none" and obeying:
-            return Reply("Here is what I found.")
-        return CallTools(
-            [("archive_search", {"query": f"try {number}"}), ("archive_expand", {"row_id": 1})]
-        )
+        if "tools" in body:  # whatever tool_choice says
+            return CallTools(
+                [("archive_search", {"query": f"try {number}"}), ("archive_expand", {"row_id": 1})]
+            )
+        # Offered no tools, it answers from the lookups written out in its messages.
+        shown = json.dumps(body["messages"])
+        return Reply(f"I looked {shown.count('returned:')} times; nothing about it.")
 
     llm.responder = model
-    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+    async with running_gateway(_settings(database_url, tmp_path, llm, kind)) as gw:
         token, conversation = await gw.visitor()
-        polite = await gw.send(token, "find it")
+        first = await gw.send(token, "find it")
         calls = [b for b in llm.requests if _is_turn(b)]
-        obeying = False
-        stubborn = await gw.send(token, "find it again")
+        again = await gw.send(token, "find it again")
         lookups = await gw.http.get(
             f"/api/v1/sessions/{conversation}/lookups", params={"limit": 100}, headers=ADMIN
         )
         status = await gw.send(token, "/status")
 
-    assert polite.json()["reply"]["text"] == "Here is what I found."
-    assert stubborn.json()["reply"]["role"] == "event"
-    assert stubborn.json()["reply"]["text"] == TOOL_LIMIT_NOTICE
-    # Six calls a turn, in three rounds of two; the fourth call is told to answer.
+    for answered in (first, again):
+        assert answered.json()["reply"]["role"] == "assistant"
+        assert answered.json()["reply"]["text"] == "I looked 6 times; nothing about it."
+    # Six calls a turn, in three rounds of two; the fourth call declares no tools.
     assert len(calls) == 4
-    assert [c.get("tool_choice") for c in calls] == [None, None, None, "none"]
-    assert len(lookups.json()["items"]) == 12
+    assert ["tools" in c for c in calls] == [True, True, True, False]
+    last = calls[-1]
+    assert "tool_choice" not in last
+    assert _tool_results(last) == []  # no tool messages or blocks: text only
+    assert not any("tool_calls" in m for m in last["messages"])
+    written = json.dumps([m for m in last["messages"] if m["role"] != "system"])
+    assert written.count("[source: archive]") == 3  # one per round
+    assert 'What archive_search {\\"query\\": \\"try 1\\"} returned:' in written
+    assert "lookups are used up" in written
     assert _system(calls[0]) == _system(calls[3])
+    assert len(lookups.json()["items"]) == 12
     assert status.json()["reply"]["text"].endswith(
         "Last looked up in the archive:\n"
         '- archive_expand {"row_id": 1}\n'
@@ -178,32 +230,287 @@ async def test_a_model_that_keeps_calling_tools_is_stopped_and_still_answers(
     )
 
 
-async def test_web_chat_streams_the_answer_and_withdraws_what_came_before_the_tools(
+@pytest.mark.parametrize("provider", ["openai", "offline"])
+async def test_the_recall_guide_is_in_the_prompt_only_where_tools_are_offered(
+    database_url: str, tmp_path: Path, llm: FakeLLM, provider: str
+) -> None:
+    persona = tmp_path / "persona.md"
+    persona.write_text("# Who you are\nA short persona, so the guide would stand out.")
+    model = llm if provider == "openai" else None
+    settings = make_settings(database_url, tmp_path, model, persona_file=persona)
+    assert settings.llm_max_tool_calls > 0  # tools on, as by default
+    async with running_gateway(settings) as gw:
+        token, conversation = await gw.visitor()
+        answered = await gw.send(token, "hello")
+        # What the turn's prompt came to, as stored with its reply.
+        async with session_factory(gw.services.engine)() as session:
+            prompt_tokens = await session.scalar(
+                select(Message.prompt_tokens).where(
+                    Message.conversation_id == uuid.UUID(conversation), Message.seq == 2
+                )
+            )
+
+    assert answered.json()["reply"]["role"] == "assistant"
+    assert prompt_tokens is not None
+    if provider == "openai":
+        [request] = llm.requests
+        assert GUIDE in _system(request)
+        assert "archive_search" in json.dumps(request["tools"])
+        assert prompt_tokens > estimate_tokens(GUIDE)
+    else:
+        assert "No language model is configured" in answered.json()["reply"]["text"]
+        assert prompt_tokens < estimate_tokens(GUIDE)  # persona, clock and "hello" only
+
+
+async def test_a_made_up_tool_of_any_name_gets_a_short_error_and_the_turn_answers(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    name = "archive_" + "x" * 5000
+    llm.responder = _one_lookup_then(name, {"query": "anything"})
+    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+        token, conversation = await gw.visitor()
+        answered = await gw.send(token, "look it up")
+        lookups = await gw.http.get(f"/api/v1/sessions/{conversation}/lookups", headers=ADMIN)
+
+    [error] = _tool_results(llm.requests[-1])
+    assert answered.json()["reply"]["text"] == "done"
+    assert error.startswith(f"[source: archive]\nError: there is no tool '{name[:64]}…'; the tools")
+    assert len(error) < 300
+    [lookup] = lookups.json()["items"]
+    assert lookup["tool"] == name[:64]
+    assert lookup["result"] == error
+
+
+async def test_a_server_that_calls_tools_it_was_not_offered_ends_with_a_notice(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
     def model(body: dict[str, Any], number: int) -> Behaviour | None:
         if not _is_turn(body):
             return None
-        if _tool_results(body):
-            return Reply("The answer, from the archive.", pieces=3)
-        return CallTools([("archive_search", {"query": "anything"})], text="Let me look.")
+        return CallTools([("archive_search", {"query": f"try {number}"})] * 2)
 
     llm.responder = model
     async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
         token, _ = await gw.visitor()
-        async with gw.socket(token) as ws:
-            await ws.send(json.dumps({"type": "message", "text": "look it up", "client_id": "a"}))
-            frames: list[dict[str, Any]] = []
-            while not (frames and frames[-1]["type"] == "message" and frames[-1]["seq"] == 2):
-                frames.append(await next_frame(ws))
+        answered = await gw.send(token, "find it")
 
-    kinds = [f["type"] for f in frames if f["type"] != "ack"]
+    assert answered.json()["reply"]["role"] == "event"
+    assert answered.json()["reply"]["text"] == TOOL_LIMIT_NOTICE
+    assert len([b for b in llm.requests if _is_turn(b)]) == 4  # stopped, not looping
+
+
+ANSWER = (
+    "From the archive: you moved to the flat on the Quai des Celestins in March, on the "
+    "third floor, and the door code you gave me then was 4711. You also said the "
+    "letterbox key is with the neighbour on the second floor, in case the code fails."
+)
+
+
+async def _watch_a_turn(
+    gw: Gateway, llm: FakeLLM, preamble: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """A web chat visitor asks; the model writes `preamble`, calls a tool, then writes
+    ANSWER in five pieces. The frames the visitor's socket got (acks left out), by
+    kind, and the frames themselves."""
+
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        if not _is_turn(body):
+            return None
+        if _tool_results(body):
+            return Reply(ANSWER, pieces=5)
+        return CallTools([("archive_search", {"query": "door code"})], text=preamble)
+
+    llm.responder = model
+    token, _ = await gw.visitor()
+    async with gw.socket(token) as ws:
+        await ws.send(json.dumps({"type": "message", "text": "look it up", "client_id": "a"}))
+        frames: list[dict[str, Any]] = []
+        while not (frames and frames[-1]["type"] == "message" and frames[-1]["seq"] == 2):
+            frame = await next_frame(ws)
+            if frame["type"] != "ack":
+                frames.append(frame)
+    return [f["type"] for f in frames], frames
+
+
+async def test_web_chat_streams_the_final_answer_only(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+        kinds, frames = await _watch_a_turn(gw, llm, preamble="Let me look.")
+
+    deltas = [f["text"] for f in frames if f["type"] == "delta"]
     assert kinds[0] == "message"  # the visitor's own, stored
-    last_typing = max(i for i, kind in enumerate(kinds) if kind == "typing")
-    shown = [f for f in frames if f["type"] != "ack"]
-    before = "".join(f["text"] for f in shown[:last_typing] if f["type"] == "delta")
-    after = "".join(f["text"] for f in shown[last_typing:] if f["type"] == "delta")
     assert kinds.count("typing") == 2  # once per model call
-    assert before == "Let me look."  # withdrawn by the typing frame that follows it
-    assert after == "The answer, from the archive."
-    assert shown[-1]["text"] == "The answer, from the archive."
+    first_delta = kinds.index("delta")
+    assert first_delta > max(i for i, kind in enumerate(kinds) if kind == "typing")
+    assert "Let me look." not in "".join(deltas)  # held back, then dropped for the call
+    assert "".join(deltas) == ANSWER
+    assert len(deltas) > 1  # streamed, once clearly an answer
+    assert len(deltas[0]) >= ANSWER_CHARS
+    assert frames[-1]["text"] == ANSWER
+
+
+async def test_a_long_text_before_a_tool_call_is_withdrawn(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    preamble = "I'll search the archive for it. " * 6  # long enough to pass for an answer
+    assert len(preamble) >= ANSWER_CHARS
+    async with running_gateway(_settings(database_url, tmp_path, llm, "openai")) as gw:
+        kinds, frames = await _watch_a_turn(gw, llm, preamble=preamble)
+
+    last_typing = max(i for i, kind in enumerate(kinds) if kind == "typing")
+    before = "".join(f["text"] for f in frames[:last_typing] if f["type"] == "delta")
+    after = "".join(f["text"] for f in frames[last_typing:] if f["type"] == "delta")
+    assert kinds.count("typing") == 2
+    assert before == preamble  # streamed, then withdrawn by the typing frame after it
+    assert after == ANSWER
+    assert frames[-1]["text"] == ANSWER
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_on_a_small_model_no_call_of_a_tool_using_turn_outgrows_its_window(
+    database_url: str, tmp_path: Path, llm: FakeLLM, kind: Kind
+) -> None:
+    settings = _settings(database_url, tmp_path, llm, kind, llm_context_tokens=8_000)
+    window = settings.llm_context_tokens - settings.llm_max_reply_tokens
+    turn: list[dict[str, Any]] = []
+    async with running_gateway(settings) as gw:
+        token, conversation = await gw.visitor()
+        rows = itertools.cycle(await _archive_talk(gw, token, conversation, rows=4))
+
+        def model(body: dict[str, Any], number: int) -> Behaviour | None:
+            if not _is_turn(body) or "Read it all." not in json.dumps(body):
+                return None
+            turn.append(body)
+            if body.get("tool_choice") in ("none", {"type": "none"}) or "tools" not in body:
+                return Reply("All read.")
+            reads = [("archive_read", {"chunk_id": next(rows)}) for _ in range(2)]
+            return CallTools(list[tuple[str, dict[str, Any] | str]](reads))
+
+        llm.responder = model
+        answered = await gw.send(token, "Read it all.")
+        lookups = await gw.http.get(f"/api/v1/sessions/{conversation}/lookups", headers=ADMIN)
+
+    assert answered.json()["reply"]["text"] == "All read."
+    results = [item["result"] for item in lookups.json()["items"]]
+    assert len(results) == 6
+    assert len(turn) == 4
+    sizes = [_request_tokens(body) for body in turn]
+    assert max(sizes) <= window, sizes
+    # Carried whole, the six results would not have fitted beside the rest.
+    assert sizes[0] + sum(message_tokens(result) for result in results) > window
+    # The last call has the rounds written out: the oldest results gave way, the newest
+    # came whole.
+    written = json.dumps([m for m in turn[-1]["messages"] if m["role"] != "system"])
+    assert "left out to make room" in written
+    assert json.dumps(results[-1].removeprefix("[source: archive]\n"))[1:-1] in written
+    assert _system(turn[0]) == _system(turn[-1])
+
+
+def _replies(chat: int, count: int) -> Callable[[tg.FakeTelegram], bool]:
+    """Whether the bot has sent `count` messages to `chat`."""
+    return lambda fake: len(fake.texts(chat)) == count
+
+
+async def test_a_group_turn_reads_nothing_of_a_members_own_conversation(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    secret = "My bank PIN is qxsecretpin 4711, keep it between us."
+    group = tg.group_chat()
+    ann = 5555
+    rows: list[int] = []
+    results: dict[str, list[str]] = {}
+
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        asked = next(
+            (q for q in ("qxgroupquestion", "qxownquestion") if q in json.dumps(body)), None
+        )
+        if not _is_turn(body) or asked is None:
+            return None
+        if found := _tool_results(body):
+            results[asked] = found
+            return Reply("That is all I found.")
+        if asked == "qxownquestion":
+            return CallTools([("archive_search", {"query": "qxsecretpin"})])
+        return CallTools(
+            [
+                ("archive_search", {"query": "qxsecretpin"}),
+                ("archive_read", {"chunk_id": rows[0], "around": "qxsecretpin"}),
+                ("archive_expand", {"row_id": rows[0]}),
+                ("retired_facts_search", {"query": "PIN"}),
+            ]
+        )
+
+    llm.responder = model
+    # An 8k model: Ann's own conversation is archived after a few messages.
+    async with platform_gateway(database_url, tmp_path, llm, llm_context_tokens=8_000) as p:
+        queue = p.gw.services.queue
+        assert isinstance(queue, EmbeddedQueue)
+        for number in range(60):
+            text = secret if number == 0 else marked_text(number, 60)
+            await p.telegram(tg.text_update(ann, text, first_name="Ann"))
+            await p.tg.wait_until(_replies(ann, number + 1))
+            await queue.idle()
+            [own] = [s for s in await p.sessions() if s["kind"] == "personal"]
+            chunks = await p.gw.services.archive.chunks(uuid.UUID(own["id"]))
+            rows = [c.id for c in chunks if c.level == 0 and c.seq_start == 1]
+            if rows:
+                break
+        assert rows, "Ann's first words were never archived"
+
+        mention = f"@{tg.BOT_USERNAME} qxgroupquestion: what is Ann's PIN?"
+        await p.telegram(tg.mention_update(ann, mention, group, first_name="Ann"))
+        await p.tg.wait_until(lambda f: len(f.texts(group["id"])) == 1)
+        sent = len(p.tg.texts(ann))
+        await p.telegram(tg.text_update(ann, "qxownquestion: my PIN?", first_name="Ann"))
+        await p.tg.wait_until(_replies(ann, sent + 1))
+
+    searched, read, expanded, retired = results["qxgroupquestion"]
+    assert p.tg.texts(group["id"]) == ["That is all I found."]
+    assert searched.endswith("No message or transcript has all of: qxsecretpin.")
+    assert read.endswith(f"No archive row #{rows[0]} in this conversation.")
+    assert expanded.endswith(f"No archive row #{rows[0]} in this conversation.")
+    assert retired.endswith("A group conversation has no profile, so no retired facts.")
+    assert not any("4711" in result for result in results["qxgroupquestion"])
+    # The same search in her own conversation finds it: there was something to keep out.
+    assert secret in results["qxownquestion"][0]
+
+
+async def test_what_the_tools_read_back_never_reaches_profile_extraction(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    question = "qxlookupquestion: did I ever mention it?"
+
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        asks = [m for m in body["messages"] if m["role"] == "user"][-1:]
+        if not _is_turn(body) or question not in json.dumps(asks):
+            return None  # not the turn that answers the question
+        if _tool_results(body):
+            return Reply("No, never.")
+        return CallTools([("archive_search", {"query": "qxtoolonlyword"})])
+
+    llm.responder = model
+    settings = _settings(database_url, tmp_path, llm, "openai", llm_context_tokens=8_000)
+    async with running_gateway(settings) as gw:
+        token, conversation = await gw.visitor()
+        asked = await gw.send(token, question)
+        queue = gw.services.queue
+        assert isinstance(queue, EmbeddedQueue)
+        extractions: list[dict[str, Any]] = []
+        for number in range(1, 100):  # until the turn's chunk gave its facts
+            assert (await gw.send(token, marked_text(number, 60))).status_code == 200
+            await gw.services.runner.idle()
+            await queue.idle()
+            extractions = [b for b in llm.requests if request_kind(b) == "extract"]
+            if any(question in json.dumps(b) for b in extractions):
+                break
+        lookups = await gw.http.get(f"/api/v1/sessions/{conversation}/lookups", headers=ADMIN)
+
+    assert asked.json()["reply"]["text"] == "No, never."
+    [lookup] = lookups.json()["items"]
+    assert lookup["result"].startswith("[source: archive]\n")
+    assert "qxtoolonlyword" in lookup["result"]  # what the tool said, and only it
+    extraction = next(b for b in extractions if question in json.dumps(b))
+    assert "No, never." in json.dumps(extraction)  # the turn's answer is context
+    assert "[source: archive]" not in json.dumps(extraction)
+    assert "qxtoolonlyword" not in json.dumps(extraction)

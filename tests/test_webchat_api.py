@@ -162,7 +162,10 @@ async def test_a_socket_asking_for_recent_history_gets_the_newest_and_every_unre
 async def test_socket_acks_streams_and_delivers_the_reply(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    llm.script(Reply("streamed in pieces", pieces=3))
+    # Each piece long enough to be clearly an answer: a call that may turn to the tools
+    # holds back a shorter start (tests/test_recall_turns.py).
+    reply = " ".join(["streamed in pieces, each long enough to be streamed as it comes"] * 8)
+    llm.script(Reply(reply, pieces=3))
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         token, _ = await gw.visitor()
         async with gw.socket(token, ready=False) as ws:
@@ -179,12 +182,12 @@ async def test_socket_acks_streams_and_delivers_the_reply(
     assert frames[1] == {"type": "typing"}  # the model is asked; nothing written yet
     deltas = [f["text"] for f in frames[2:5]]
     assert all(f["type"] == "delta" for f in frames[2:5])
-    assert "".join(deltas) == "streamed in pieces"
+    assert "".join(deltas) == reply
     assert frames[5] | {"created_at": ""} == {
         "type": "message",
         "seq": 2,
         "role": "assistant",
-        "text": "streamed in pieces",
+        "text": reply,
         "channel": "webchat",
         "created_at": "",
     }

@@ -434,13 +434,23 @@ async def test_dark_mode_and_reduced_motion_are_followed(
     assert text == "rgb(232, 232, 234)"
 
 
+LONG_PREAMBLE = "I'll look through what you told me before, to be sure of it. " * 3
+
+
+@pytest.mark.parametrize(
+    ("preamble", "shown"),
+    [
+        ("Let me look.", []),  # a short start is held back, and dropped for the call
+        (LONG_PREAMBLE, [LONG_PREAMBLE]),  # one that passed for an answer gives way
+    ],
+)
 async def test_text_written_before_a_lookup_gives_way_to_the_answer(
-    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page, preamble: str, shown: list[str]
 ) -> None:
     def model(body: dict[str, Any], number: int) -> Behaviour | None:
         if any(m.get("role") == "tool" for m in body["messages"]):
             return Reply("Found it: the blue door.")
-        return CallTools([("archive_search", {"query": "door"})], text="Let me look.")
+        return CallTools([("archive_search", {"query": "door"})], text=preamble)
 
     llm.responder = model
     await page.add_init_script(RECORD_DRAFTS_JS)
@@ -452,4 +462,4 @@ async def test_text_written_before_a_lookup_gives_way_to_the_answer(
             "() => window.__drafts.map(d => [d.textContent, d.isConnected])"
         )
 
-    assert drafts == [["Let me look.", False], ["Found it: the blue door.", False]]
+    assert drafts == [[text, False] for text in [*shown, "Found it: the blue door."]]

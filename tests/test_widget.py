@@ -314,7 +314,14 @@ async def test_a_reply_cut_off_mid_stream_arrives_whole_and_once_after_the_recon
     database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
 ) -> None:
     midway = asyncio.Event()
-    answer = "Your parcel left Lyon this morning and should arrive tomorrow."
+    # Long enough that its first half streams (a shorter start is held back while the
+    # model may still turn to its tools).
+    answer = (
+        "Your parcel left Lyon this morning and should arrive tomorrow. It travels with "
+        "the regional carrier, who delivers between nine and noon; if nobody is home, "
+        "they leave it at the post office on the corner, where it waits for a week. "
+        "You will get a text message with the exact hour tomorrow morning."
+    )
     llm.script(Reply(answer, pieces=6, midway=midway))
     line = Line()
     await line.install(page)

@@ -21,6 +21,9 @@ from memory.storage.lookups import Lookups, NewLookup
 
 # What a stored lookup keeps of the arguments (a model can write anything there).
 MAX_ARGUMENT_CHARS = 2000
+# What is kept and said back of a tool's name: a model can make one up, of any length
+# (the stored column holds 64).
+MAX_NAME_CHARS = 64
 
 # Added to the system prompt of a turn that offers the tools: when to use them.
 GUIDE = """# Looking things up
@@ -43,8 +46,9 @@ TOOLS = (
         "Search everything said in this conversation, word for word: recent messages and "
         "the verbatim transcripts below the archive's summaries. Use it when an answer "
         "needs a detail the summaries may have dropped (a name, a number, an address, a "
-        "date, exact words). Every word given must occur. Hits come best first, with "
-        "their time, message number and archive row.",
+        "date, exact words). Hits have every word given (or, when none has them all, "
+        "some: the answer says so) and come best first however old, with their time, "
+        "message number and archive row.",
         {
             "type": "object",
             "properties": {
@@ -58,7 +62,9 @@ TOOLS = (
     Tool(
         "archive_expand",
         "Open an archive row (the `archive #N` of a timeline heading or a search hit): "
-        "the summaries of the rows it was made from, one level down, with their ids.",
+        "the summaries of the rows it was made from, one level down, each with its id, "
+        "days and message numbers (a long summary is shortened; open that row in turn "
+        "to read on).",
         {"type": "object", "properties": {"row_id": _ID}, "required": ["row_id"]},
     ),
     Tool(
@@ -154,7 +160,7 @@ class RecallTools:
         """Run one call; what the model reads back (an error it can act on, if the call
         was wrong) and what is kept of it."""
         result = await self._answer(scope, call)
-        return NewLookup(call.name, call.arguments[:MAX_ARGUMENT_CHARS], result)
+        return NewLookup(call.name[:MAX_NAME_CHARS], call.arguments[:MAX_ARGUMENT_CHARS], result)
 
     async def record(
         self, conversation_id: uuid.UUID, message_id: int, lookups: list[NewLookup]
@@ -166,7 +172,8 @@ class RecallTools:
         shape = _ARGUMENTS.get(call.name)
         if shape is None:
             known = ", ".join(_ARGUMENTS)
-            return answer(f"Error: there is no tool {call.name!r}; the tools are {known}.")
+            name = call.name[:MAX_NAME_CHARS] + ("…" if len(call.name) > MAX_NAME_CHARS else "")
+            return answer(f"Error: there is no tool {name!r}; the tools are {known}.")
         try:
             arguments = shape.model_validate(json.loads(call.arguments or "{}"))
         except (ValueError, ValidationError) as exc:

@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -30,10 +30,11 @@ from gateway.text import clean
 from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.turns.hub import DeltaEvent, Hub, Typing
 from gateway.turns.leases import ConversationLeases
+from gateway.turns.steps import as_turns, fit_steps, steps_tokens, tool_room, tools_tokens
 from memory.archive.reads import ChunkView
 from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
 from memory.provenance import NOTICE_SOURCE
-from memory.recall import Scope, answer
+from memory.recall import Scope
 from memory.storage.conversations import Conversations, TurnState
 from memory.storage.leases import Held, LeaseLost
 from memory.storage.lookups import NewLookup
@@ -47,6 +48,10 @@ MODEL_DOWN_NOTICE = (
     "Sorry — I couldn't reach the language model just now, so I can't answer yet. "
     "Your message is saved; write again in a moment and I'll pick up from here."
 )
+# Text of a call that may turn to the tools is streamed once it is this long (or the
+# reply ends without a call): a preamble before a call is a sentence or two ("Let me
+# look that up."), an answer soon outgrows that.
+ANSWER_CHARS = 160
 TOOL_LIMIT_NOTICE = (
     "Sorry — I kept searching my archive and didn't get to an answer. "
     "Ask me again, perhaps more precisely, and I'll try once more."
@@ -351,9 +356,11 @@ class TurnRunner:
         guide = None if self._recall is None else self._recall.guide
         persona = self._persona if guide is None else f"{self._persona}\n\n{guide}"
         system = system_prompt(persona, clock, rows, profile)
-        budget = window - message_tokens(system)
-        turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
         tools = () if self._recall is None else self._recall.tools
+        # The tool rounds of the turn come after the live turns: room is kept for them.
+        room = 0 if self._recall is None else tool_room(window, self._limits.max_tool_calls)
+        budget = window - message_tokens(system) - tools_tokens(tools) - room
+        turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
         try:
             return await self._generate(state, prompt, trigger)
@@ -365,46 +372,61 @@ class TurnRunner:
 
     async def _generate(self, state: TurnState, prompt: Prompt, trigger: StoredMessage) -> _Answer:
         """Ask the model, run the recall tools it calls (up to the limit) and ask again
-        with their answers, until it answers in text. The prompt's system text and turns
-        stay the same on every call; only the steps grow."""
+        with their answers, until it answers in text. The prompt's system text is the
+        same bytes on every call, and its turns too up to the last call at the limit,
+        which has the rounds written out after them; only the steps grow, within what
+        the window leaves them."""
+        window = self._limits.context_tokens - self._limits.max_reply_tokens
+        room = window - _size(prompt, []) - tools_tokens(prompt.tools)
         steps: list[ToolStep] = []
         lookups: list[NewLookup] = []
         scope: Scope | None = None  # read once, at the turn's first call
         left = self._limits.max_tool_calls
         try:
             while True:
-                text, calls = await self._call_model(
-                    state.conversation_id,
-                    replace(prompt, steps=tuple(steps), may_call_tools=left > 0),
-                )
+                carried = fit_steps(steps, room)
+                if steps and left <= 0:
+                    # The last call: no tools declared at all, the rounds written out as
+                    # text, so the model can only answer.
+                    last = prompt.turns + as_turns(carried)
+                    asked = replace(prompt, turns=last, tools=(), steps=())
+                else:
+                    asked = replace(prompt, steps=carried)
+                text, calls = await self._call_model(state.conversation_id, asked)
                 if not calls or self._recall is None:
                     break
                 if left <= 0:
-                    # Told to answer now, the model called tools anyway.
+                    # Offered no tools, the model (or its server) called some anyway.
                     if text:
                         break
                     return _Answer(TOOL_LIMIT_NOTICE, Role.EVENT, NOTICE_SOURCE)
                 scope = scope or await self._scope(state)
-                step = await self._run_tools(scope, calls[:left])
+                # Calls past the limit are not run, nor shown again: the next call,
+                # the last, is told the lookups are used up.
+                run = calls[:left]
+                step = await self._run_tools(scope, run)
                 lookups += step
                 left -= len(step)
-                refused = [_over_the_limit(call) for call in calls[len(step) :]]
-                results = tuple(lookup.result for lookup in step) + tuple(refused)
-                steps.append(ToolStep(text, tuple(calls), results))
+                steps.append(ToolStep(text, tuple(run), tuple(lookup.result for lookup in step)))
         finally:
             if lookups and self._recall is not None:
                 await self._recall.record(state.conversation_id, trigger.id, lookups)
         if not text:
             raise LLMError("the model returned an empty reply")
-        return _Answer(text, prompt_tokens=_size(prompt, steps))
+        return _Answer(text, prompt_tokens=_size(asked, asked.steps))
 
     async def _call_model(
         self, conversation_id: uuid.UUID, prompt: Prompt
     ) -> tuple[str, list[ToolCall]]:
         pieces: list[str] = []
         calls: list[ToolCall] = []
+        # A call that may turn to the tools holds its text back until it is clearly an
+        # answer (or the reply ends in text): what a model writes before its calls is
+        # a preamble, no part of the answer, and the person should not see it.
+        held: list[str] | None = [] if prompt.tools and prompt.may_call_tools else None
         # Before every call: clients show that a reply is coming, and drop what an
-        # earlier call of the turn wrote before it turned to the tools.
+        # earlier call of the turn streamed before it turned to the tools (a preamble
+        # long enough to pass for an answer).
         self._hub.publish(conversation_id, Typing(conversation_id))
         with self._metrics.model_seconds.time():
             async for piece in self._llm.stream(prompt):
@@ -413,8 +435,20 @@ class TurnRunner:
                     continue
                 pieces.append(piece)
                 # A model server can send what no database stores (NUL, a lone surrogate).
-                self._hub.publish(conversation_id, DeltaEvent(conversation_id, clean(piece)))
+                shown = clean(piece)
+                if held is not None:
+                    held.append(shown)
+                    if sum(map(len, held)) < ANSWER_CHARS:
+                        continue
+                    shown, held = "".join(held), None
+                self._publish_delta(conversation_id, shown)
+        if held and not calls:  # short, and no tool call came: the answer after all
+            self._publish_delta(conversation_id, "".join(held))
         return clean("".join(pieces)).strip(), calls
+
+    def _publish_delta(self, conversation_id: uuid.UUID, text: str) -> None:
+        if text:
+            self._hub.publish(conversation_id, DeltaEvent(conversation_id, text))
 
     async def _scope(self, state: TurnState) -> Scope:
         """What the turn's tools may read: its conversation, and (personal) its person."""
@@ -470,16 +504,10 @@ class TurnRunner:
             self._waiters[conversation_id] = still_waiting
 
 
-def _size(prompt: Prompt, steps: list[ToolStep]) -> int:
+def _size(prompt: Prompt, steps: Sequence[ToolStep]) -> int:
     """About how many tokens a call's prompt is: system, turns and tool steps."""
     texts = [prompt.system, *(turn.content for turn in prompt.turns)]
-    for step in steps:
-        texts += [step.text, *(call.arguments for call in step.calls), *step.results]
-    return sum(message_tokens(text) for text in texts)
-
-
-def _over_the_limit(call: ToolCall) -> str:
-    return answer(f"Not run: this turn's lookups are used up ({call.name}). Answer now.")
+    return sum(message_tokens(text) for text in texts) + steps_tokens(steps)
 
 
 @contextlib.asynccontextmanager

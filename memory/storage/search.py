@@ -7,7 +7,12 @@ search current without knowing it exists.
 
 Whatever a person or a model types is searched for as words, never as query syntax:
 each whitespace-separated word must occur (as a phrase of its tokens, so "don't" and
-"foo-bar" find themselves), and nothing typed reaches the database as an operator.
+"foo-bar" find themselves), or for `best(any_word=True)` any one of them, and nothing
+typed reaches the database as an operator.
+
+`search` pages through every hit newest first (the REST API); `best` finds the most
+relevant hits by the index's own score (FTS5 bm25, Postgres ts_rank_cd), however old
+(the model's recall).
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ from typing import Any, Protocol
 
 from sqlalchemy import (
     ColumnElement,
+    FromClause,
     Select,
     String,
     and_,
     bindparam,
+    column,
+    exists,
     func,
     literal,
     literal_column,
@@ -35,7 +43,7 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from memory.storage.models import Chunk, Message
 
@@ -47,6 +55,8 @@ ELLIPSIS = "…"
 SNIPPET_TOKENS = 16
 # Words searched for at most; more only narrow the hits further and cost more.
 MAX_WORDS = 32
+# `best` counts the matches of each kind up to this many: past it, "at least".
+COUNT_LIMIT = 1000
 
 # What migration 0008 made. The models do not describe these, so schema comparisons
 # leave them out (`is_search_object`).
@@ -124,6 +134,27 @@ class SearchHit:
         return SearchPosition(self.time, self.kind, key)
 
 
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """Messages `best` leaves out: any from one of `sources`, and any that a message from
+    one of `answered_by` answers (a chat command, answered by the gateway). A transcript
+    is then found only by words of the messages it keeps."""
+
+    sources: frozenset[str] = frozenset()
+    answered_by: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """The most relevant hits of one search, each kind best first, and how many of each
+    kind match (at most `COUNT_LIMIT`: a count that reached it means at least that)."""
+
+    messages: list[SearchHit]
+    chunks: list[SearchHit]
+    message_count: int
+    chunk_count: int
+
+
 def search_words(query: str) -> list[str]:
     """The words of a query that can match anything, at most `MAX_WORDS`.
 
@@ -185,26 +216,73 @@ class Search:
             }
         hits = []
         for row in rows:
-            detail = found[HitKind(row.kind)].get(row.row_id)
+            kind = HitKind(row.kind)
+            detail = found[kind].get(row.row_id)
             if detail is None:  # deleted between the two reads
                 continue
             snippet, rank = detail
-            if row.kind == HitKind.MESSAGE:
-                hits.append(SearchHit(HitKind.MESSAGE, row.time, snippet, rank, seq=row.key))
-            else:
-                hits.append(
-                    SearchHit(
-                        HitKind.CHUNK,
-                        row.time,
-                        snippet,
-                        rank,
-                        chunk_id=row.key,
-                        level=0,
-                        seq_start=row.seq_start,
-                        seq_end=row.seq_end,
-                    )
-                )
+            hits.append(_hit(kind, row, snippet, rank))
         return hits
+
+    async def best(
+        self,
+        conversation_id: uuid.UUID,
+        query: str,
+        *,
+        limit: int,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        any_word: bool = False,
+        left_out: LeftOut | None = None,
+    ) -> Ranked:
+        """The `limit` most relevant messages and the `limit` most relevant level-0
+        transcripts of one conversation with every word of `query` (`any_word`: with
+        any), as `search` finds them, whatever their age; the newer first of equals.
+        Without the messages `left_out` names."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        if any(t is not None and t.tzinfo is None for t in (start, end)):
+            raise ValueError("naive datetime given as a search bound")
+        words = search_words(query)
+        if not words:
+            return Ranked([], [], 0, 0)
+        async with self._sessions() as session:
+            index = _index(session)
+            found = {
+                source.kind: await _ranked(
+                    session,
+                    index.scored(source, words, any_word=any_word),
+                    source,
+                    _in(source, conversation_id, start, end)
+                    + _keeping(index, source, words, any_word, left_out),
+                    limit,
+                )
+                for source in _SOURCES
+            }
+            snippets = {
+                source.kind: await index.details(
+                    session,
+                    source,
+                    words,
+                    [row.row_id for row in found[source.kind][0]],
+                    any_word=any_word,
+                )
+                for source in _SOURCES
+            }
+        hits = {
+            kind: [
+                _hit(kind, row, snippets[kind][row.row_id][0], float(row.score))
+                for row in rows
+                if row.row_id in snippets[kind]  # else deleted between the reads
+            ]
+            for kind, (rows, _) in found.items()
+        }
+        return Ranked(
+            hits[HitKind.MESSAGE],
+            hits[HitKind.CHUNK],
+            found[HitKind.MESSAGE][1],
+            found[HitKind.CHUNK][1],
+        )
 
     async def conversations_with(self, query: str, *, limit: int) -> list[uuid.UUID]:
         """Conversations any of whose messages or transcripts has every word of `query`,
@@ -249,13 +327,145 @@ class Search:
 class _Source:
     kind: HitKind
     fts: str  # the SQLite FTS5 table
+    table: FromClause
     id: InstrumentedAttribute[int]
     text: InstrumentedAttribute[Any]
 
 
-_MESSAGES = _Source(HitKind.MESSAGE, MESSAGES_FTS, Message.id, Message.text)
-_CHUNKS = _Source(HitKind.CHUNK, CHUNKS_FTS, Chunk.id, Chunk.transcript)
+_MESSAGES = _Source(HitKind.MESSAGE, MESSAGES_FTS, Message.__table__, Message.id, Message.text)
+_CHUNKS = _Source(HitKind.CHUNK, CHUNKS_FTS, Chunk.__table__, Chunk.id, Chunk.transcript)
 _SOURCES = (_MESSAGES, _CHUNKS)
+
+
+async def _ranked(
+    session: AsyncSession,
+    scored: tuple[tuple[FromClause, ColumnElement[bool]], ColumnElement[float]],
+    source: _Source,
+    conditions: list[ColumnElement[bool]],
+    limit: int,
+) -> tuple[list[Any], int]:
+    """The best `limit` rows of `source` that match and meet `conditions`, by score,
+    and how many match (up to COUNT_LIMIT)."""
+    (where, match), score = scored
+    best = (
+        select(*_columns(source), score.label("score"))
+        .select_from(where)
+        .where(match, *conditions)
+        .order_by(score.desc(), _time(source).desc())
+        .limit(limit)
+    )
+    rows = list(await session.execute(best))
+    matching = select(literal(1)).select_from(where).where(match, *conditions)
+    count = await session.scalar(
+        select(func.count()).select_from(matching.limit(COUNT_LIMIT).subquery())
+    )
+    return rows, int(count or 0)
+
+
+def _columns(source: _Source) -> list[ColumnElement[Any]]:
+    """What a ranked hit is read with: its key, row id, time and seq range."""
+    if source.kind is HitKind.MESSAGE:
+        return [
+            Message.seq.label("key"),
+            Message.id.label("row_id"),
+            Message.created_at.label("time"),
+            Message.seq.label("seq_start"),
+            Message.seq.label("seq_end"),
+        ]
+    return [
+        Chunk.id.label("key"),
+        Chunk.id.label("row_id"),
+        Chunk.time_start.label("time"),
+        Chunk.seq_start.label("seq_start"),
+        Chunk.seq_end.label("seq_end"),
+    ]
+
+
+def _time(source: _Source) -> InstrumentedAttribute[datetime]:
+    return Message.created_at if source.kind is HitKind.MESSAGE else Chunk.time_start
+
+
+def _in(
+    source: _Source, conversation_id: uuid.UUID, start: datetime | None, end: datetime | None
+) -> list[ColumnElement[bool]]:
+    """A row of `source` in the conversation and the time range (a transcript overlaps
+    it), as `search` takes them."""
+    if source.kind is HitKind.MESSAGE:
+        conditions = [Message.conversation_id == conversation_id]
+        if start is not None:
+            conditions.append(Message.created_at >= start)
+        if end is not None:
+            conditions.append(Message.created_at < end)
+        return conditions
+    conditions = [
+        Chunk.conversation_id == conversation_id,
+        Chunk.level == 0,
+        Chunk.transcript.is_not(None),
+    ]
+    if start is not None:
+        conditions.append(Chunk.time_end >= start)
+    if end is not None:
+        conditions.append(Chunk.time_start < end)
+    return conditions
+
+
+def _keeping(
+    index: _Index,
+    source: _Source,
+    words: Sequence[str],
+    any_word: bool,
+    left_out: LeftOut | None,
+) -> list[ColumnElement[bool]]:
+    """A message `left_out` does not name; a transcript with the words (every one, or
+    any) in messages it does not name."""
+    if left_out is None:
+        return []
+    if source.kind is HitKind.MESSAGE:
+        return _kept(Message, left_out)
+    said = aliased(Message)
+    in_said = _Source(HitKind.MESSAGE, MESSAGES_FTS, Message.__table__, said.id, said.text)
+
+    def said_here(wanted: Sequence[str]) -> ColumnElement[bool]:
+        return exists().where(
+            said.conversation_id == Chunk.conversation_id,
+            said.seq.between(Chunk.seq_start, Chunk.seq_end),
+            index.matches(in_said, wanted, any_word=any_word),
+            *_kept(said, left_out),
+        )
+
+    return [said_here(words)] if any_word else [said_here([word]) for word in words]
+
+
+def _kept(message: type[Message], left_out: LeftOut) -> list[ColumnElement[bool]]:
+    kept: list[ColumnElement[bool]] = []
+    if left_out.sources:
+        sources = sorted(left_out.sources)
+        kept.append(or_(message.source.is_(None), message.source.not_in(sources)))
+    if left_out.answered_by:
+        answer = aliased(Message)
+        kept.append(
+            ~exists().where(
+                answer.conversation_id == message.conversation_id,
+                answer.reply_to_seq == message.seq,
+                answer.source.in_(sorted(left_out.answered_by)),
+            )
+        )
+    return kept
+
+
+def _hit(kind: HitKind, row: Any, snippet: str, rank: float) -> SearchHit:
+    if kind is HitKind.MESSAGE:
+        return SearchHit(HitKind.MESSAGE, row.time, snippet, rank, seq=row.key)
+    return SearchHit(
+        HitKind.CHUNK,
+        row.time,
+        snippet,
+        rank,
+        chunk_id=row.key,
+        level=0,
+        seq_start=row.seq_start,
+        seq_end=row.seq_end,
+    )
 
 
 def _page(
@@ -270,37 +480,19 @@ def _page(
     """The page's hits (kind, key, row id, time, seq range), without snippets: those
     cost, so they are made for the page only."""
     messages = select(
-        literal_column(f"'{HitKind.MESSAGE.value}'", String).label("kind"),
-        Message.seq.label("key"),
-        Message.id.label("row_id"),
-        Message.created_at.label("time"),
-        Message.seq.label("seq_start"),
-        Message.seq.label("seq_end"),
+        literal_column(f"'{HitKind.MESSAGE.value}'", String).label("kind"), *_columns(_MESSAGES)
     ).where(
-        Message.conversation_id == conversation_id,
+        *_in(_MESSAGES, conversation_id, start, end),
         index.matches(_MESSAGES, words),
         *_after(HitKind.MESSAGE, Message.created_at, Message.seq, after),
     )
     chunks = select(
-        literal_column(f"'{HitKind.CHUNK.value}'", String).label("kind"),
-        Chunk.id.label("key"),
-        Chunk.id.label("row_id"),
-        Chunk.time_start.label("time"),
-        Chunk.seq_start,
-        Chunk.seq_end,
+        literal_column(f"'{HitKind.CHUNK.value}'", String).label("kind"), *_columns(_CHUNKS)
     ).where(
-        Chunk.conversation_id == conversation_id,
-        Chunk.level == 0,
-        Chunk.transcript.is_not(None),
+        *_in(_CHUNKS, conversation_id, start, end),
         index.matches(_CHUNKS, words),
         *_after(HitKind.CHUNK, Chunk.time_start, Chunk.id, after),
     )
-    if start is not None:
-        messages = messages.where(Message.created_at >= start)
-        chunks = chunks.where(Chunk.time_end >= start)
-    if end is not None:
-        messages = messages.where(Message.created_at < end)
-        chunks = chunks.where(Chunk.time_start < end)
     hits = union_all(messages, chunks).subquery()
     return (
         select(hits)
@@ -329,12 +521,27 @@ def _after(
 
 
 class _Index(Protocol):
-    def matches(self, source: _Source, words: Sequence[str]) -> ColumnElement[bool]:
-        """Whether a row of `source` has every word."""
+    def matches(
+        self, source: _Source, words: Sequence[str], *, any_word: bool = False
+    ) -> ColumnElement[bool]:
+        """Whether a row of `source` has every word (`any_word`: any)."""
+        ...
+
+    def scored(
+        self, source: _Source, words: Sequence[str], *, any_word: bool
+    ) -> tuple[tuple[FromClause, ColumnElement[bool]], ColumnElement[float]]:
+        """What to select matching rows of `source` from and the condition they meet,
+        and the index's score of a row there, higher for a better match."""
         ...
 
     async def details(
-        self, session: AsyncSession, source: _Source, words: Sequence[str], ids: list[int]
+        self,
+        session: AsyncSession,
+        source: _Source,
+        words: Sequence[str],
+        ids: list[int],
+        *,
+        any_word: bool = False,
     ) -> dict[int, tuple[str, float]]:
         """Snippet and rank of each of these rows (ids that match)."""
         ...
@@ -346,23 +553,43 @@ def _index(session: AsyncSession) -> _Index:
 
 class _FTS5:
     """SQLite: each word becomes an FTS5 string (a phrase of its tokens, tokenised like
-    the text was), and the strings are ANDed, so no operator or syntax error can come
-    from what was typed."""
+    the text was), and the strings are ANDed (or ORed), so no operator or syntax error
+    can come from what was typed."""
 
     @staticmethod
-    def _match(words: Sequence[str]) -> str:
-        return " AND ".join('"' + word.replace('"', '""') + '"' for word in words)
+    def _match(words: Sequence[str], any_word: bool = False) -> str:
+        joint = " OR " if any_word else " AND "
+        return joint.join('"' + word.replace('"', '""') + '"' for word in words)
 
-    def matches(self, source: _Source, words: Sequence[str]) -> ColumnElement[bool]:
+    def matches(
+        self, source: _Source, words: Sequence[str], *, any_word: bool = False
+    ) -> ColumnElement[bool]:
+        match = literal(self._match(words, any_word))
         found: Select[Any] = (
             select(literal_column("rowid"))
             .select_from(table(source.fts))
-            .where(literal_column(source.fts).op("MATCH")(literal(self._match(words))))
+            .where(literal_column(source.fts).op("MATCH")(match))
         )
         return source.id.in_(found)
 
+    def scored(
+        self, source: _Source, words: Sequence[str], *, any_word: bool
+    ) -> tuple[tuple[FromClause, ColumnElement[bool]], ColumnElement[float]]:
+        # bm25 is an FTS5 function: the FTS table is read, joined to its rows.
+        fts = table(source.fts, column("rowid"))
+        joined = fts.join(source.table, source.id == fts.c.rowid)
+        match = literal_column(source.fts).op("MATCH")(literal(self._match(words, any_word)))
+        # bm25 is lower for a better match.
+        return (joined, match), -func.bm25(literal_column(source.fts))
+
     async def details(
-        self, session: AsyncSession, source: _Source, words: Sequence[str], ids: list[int]
+        self,
+        session: AsyncSession,
+        source: _Source,
+        words: Sequence[str],
+        ids: list[int],
+        *,
+        any_word: bool = False,
     ) -> dict[int, tuple[str, float]]:
         if not ids:
             return {}
@@ -378,7 +605,7 @@ class _FTS5:
                 "end": MARK_END,
                 "ellipsis": ELLIPSIS,
                 "tokens": SNIPPET_TOKENS,
-                "match": self._match(words),
+                "match": self._match(words, any_word),
                 "ids": ids,
             },
         )
@@ -397,22 +624,40 @@ _HEADLINE = (
 
 class _TsVector:
     """Postgres: each word becomes a quoted phrase for `websearch_to_tsquery`, which
-    never raises on its input; the phrases are ANDed, like on SQLite."""
+    never raises on its input; the phrases are ANDed (or ORed), like on SQLite."""
 
     @staticmethod
-    def _query(words: Sequence[str]) -> ColumnElement[Any]:
-        phrases = " ".join('"' + word.replace('"', " ") + '"' for word in words)
+    def _query(words: Sequence[str], any_word: bool = False) -> ColumnElement[Any]:
+        joint = " or " if any_word else " "
+        phrases = joint.join('"' + word.replace('"', " ") + '"' for word in words)
         return func.websearch_to_tsquery(_SIMPLE, literal(phrases))
 
-    def matches(self, source: _Source, words: Sequence[str]) -> ColumnElement[bool]:
-        return func.to_tsvector(_SIMPLE, source.text).op("@@")(self._query(words))
+    def matches(
+        self, source: _Source, words: Sequence[str], *, any_word: bool = False
+    ) -> ColumnElement[bool]:
+        return func.to_tsvector(_SIMPLE, source.text).op("@@")(self._query(words, any_word))
+
+    def scored(
+        self, source: _Source, words: Sequence[str], *, any_word: bool
+    ) -> tuple[tuple[FromClause, ColumnElement[bool]], ColumnElement[float]]:
+        # The rows are found through the GIN index over the same expression; the score
+        # weighs how often and how close together the words occur.
+        vector = func.to_tsvector(_SIMPLE, source.text)
+        query = self._query(words, any_word)
+        return (source.table, vector.op("@@")(query)), func.ts_rank_cd(vector, query)
 
     async def details(
-        self, session: AsyncSession, source: _Source, words: Sequence[str], ids: list[int]
+        self,
+        session: AsyncSession,
+        source: _Source,
+        words: Sequence[str],
+        ids: list[int],
+        *,
+        any_word: bool = False,
     ) -> dict[int, tuple[str, float]]:
         if not ids:
             return {}
-        query = self._query(words)
+        query = self._query(words, any_word)
         rows = await session.execute(
             select(
                 source.id,

@@ -3,7 +3,8 @@
 It listens on a real localhost socket and streams real server-sent events, so providers
 are tested through the same HTTP stack they use in production. Tests script what each
 request gets (`Reply`, `CallTools`, `Fail`, `Hang`, `FailMidStream`); unscripted
-requests get `Reply(f"reply {k}")`.
+requests get `Reply(f"reply {k}")`. Like the Messages API, the Anthropic side refuses
+(HTTP 400) tool blocks in a request that declares no tools.
 """
 
 from __future__ import annotations
@@ -134,17 +135,22 @@ class FakeLLM:
         return await self._respond(behaviour, _OpenAIWire(str(body.get("model")), number))
 
     async def _anthropic(self, request: Request) -> Response:
-        behaviour, number, body = await self._arrive(request)
+        behaviour, number, body = await self._arrive(request, _anthropic_refusal)
         return await self._respond(behaviour, _AnthropicWire(str(body.get("model")), number))
 
-    async def _arrive(self, request: Request) -> tuple[Behaviour, int, dict[str, Any]]:
+    async def _arrive(
+        self, request: Request, refusal: Callable[[dict[str, Any]], str | None] | None = None
+    ) -> tuple[Behaviour, int, dict[str, Any]]:
         body: dict[str, Any] = await request.json()
         async with self._arrivals:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
             number = len(self.requests)
-            chosen = self.responder(body, number) if self.responder else None
-            if chosen is not None:
+            refused = refusal(body) if refusal else None
+            chosen = self.responder(body, number) if self.responder and not refused else None
+            if refused is not None:
+                behaviour: Behaviour = Fail(400, message=refused)
+            elif chosen is not None:
                 behaviour = chosen
             elif self._script:
                 behaviour = self._script.popleft()
@@ -303,6 +309,19 @@ class _OpenAIWire:
             "created": 0,
             "model": self.model,
         }
+
+
+def _anthropic_refusal(body: dict[str, Any]) -> str | None:
+    """What the Messages API says to a request it refuses that a test may send: tool
+    blocks without the tools declared."""
+    if body.get("tools"):
+        return None
+    for message in body.get("messages", []):
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        if any(block.get("type") in ("tool_use", "tool_result") for block in blocks):
+            return "Requests which include `tool_use` or `tool_result` blocks must define tools."
+    return None
 
 
 _ANTHROPIC_ERROR_TYPES = {

@@ -1,0 +1,115 @@
+"""How much of a turn's tool rounds its prompt can carry.
+
+A turn's system prompt and live turns are sized once, at its start, leaving room for the
+tool rounds (`tool_room`). Each later call carries the rounds made so far; when they no
+longer fit that room, the oldest results give way first (the model is told it may ask
+again), then the oldest rounds, so no call's prompt outgrows the model's window. The
+last call, at the limit of calls, has them written out as turns instead (`as_turns`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+
+from gateway.llm.base import ChatTurn, Tool, ToolCall, ToolStep
+from gateway.turns.recall_tools import MAX_NAME_CHARS
+from memory.provenance import NOTICE_SOURCE, escape_typed, label
+from memory.recall import ANSWER_TOKENS, SOURCE, answer
+from memory.tokens import message_tokens
+
+# What one call may add: its answer, and the call as the model wrote it.
+CALL_TOKENS = ANSWER_TOKENS + 100
+# What a round keeps of the model's own words: the text before its calls (a preamble,
+# never shown to the person) and each call's arguments (the tools take a few words).
+STEP_TEXT_CHARS = 1000
+ARGUMENT_CHARS = 2000
+# What a wire format adds around a tool or a call (its keys, type and id).
+WIRE_TOKENS = 24
+DROPPED = answer(
+    "(This result was left out to make room for later ones; make the call again if you "
+    "still need it.)"
+)
+USED_UP = "This turn's lookups are used up: answer now, from what they found and what you know."
+
+
+def tool_room(window: int, max_calls: int) -> int:
+    """Tokens a turn keeps free for its tool rounds: all of them where the window allows,
+    else a third of it (older results then give way to newer ones)."""
+    return min(max_calls * CALL_TOKENS, window // 3)
+
+
+def tools_tokens(tools: Sequence[Tool]) -> int:
+    """About what declaring `tools` costs the prompt."""
+    return sum(
+        message_tokens(f"{tool.name} {tool.description} {json.dumps(dict(tool.parameters))}")
+        + WIRE_TOKENS
+        for tool in tools
+    )
+
+
+def steps_tokens(steps: Sequence[ToolStep]) -> int:
+    """About what the rounds cost the prompt: the model's text and calls, and each result."""
+    return sum(_step_tokens(step) for step in steps)
+
+
+def fit_steps(steps: Sequence[ToolStep], room: int) -> tuple[ToolStep, ...]:
+    """The rounds as the next call carries them, within `room` tokens: the model's text
+    and arguments bounded, then the oldest rounds' results replaced by a note, then the
+    oldest rounds left out, until they fit."""
+    fitted = [_bounded(step) for step in steps]
+    for index in range(len(fitted)):
+        if steps_tokens(fitted) <= room:
+            break
+        step = fitted[index]
+        fitted[index] = replace(step, results=tuple(DROPPED for _ in step.results))
+    while fitted and steps_tokens(fitted) > room:
+        fitted.pop(0)
+    return tuple(fitted)
+
+
+def as_turns(steps: Sequence[ToolStep]) -> tuple[ChatTurn, ...]:
+    """The rounds written out as turns, for a last call that declares no tools (a
+    provider refuses tool blocks without them, and some servers let a model call tools
+    it was told not to): each round's own text as the assistant's, then what its calls
+    returned behind the archive's source line; last, that the lookups are used up."""
+    turns: list[ChatTurn] = []
+    for step in steps:
+        if step.text.strip():
+            turns.append(ChatTurn("assistant", step.text))
+        found = [
+            f"What {call.name} {escape_typed(call.arguments)} returned:\n{_body(result)}"
+            for call, result in zip(step.calls, step.results, strict=True)
+        ]
+        turns.append(ChatTurn("user", "\n\n".join([SOURCE, *found])))
+    turns.append(ChatTurn("user", label(USED_UP, source=NOTICE_SOURCE)))
+    return tuple(turns)
+
+
+def _body(result: str) -> str:
+    """A tool's answer without its source line: the turn it goes in has one."""
+    return result.removeprefix(f"{SOURCE}\n")
+
+
+def _step_tokens(step: ToolStep) -> int:
+    texts = [step.text, *(f"{c.id} {c.name} {c.arguments}" for c in step.calls), *step.results]
+    return sum(message_tokens(text) for text in texts) + WIRE_TOKENS * len(step.calls)
+
+
+def _bounded(step: ToolStep) -> ToolStep:
+    return ToolStep(
+        _clip(step.text, STEP_TEXT_CHARS),
+        tuple(_bounded_call(call) for call in step.calls),
+        step.results,
+    )
+
+
+def _bounded_call(call: ToolCall) -> ToolCall:
+    return replace(
+        call, name=call.name[:MAX_NAME_CHARS], arguments=_clip(call.arguments, ARGUMENT_CHARS)
+    )
+
+
+def _clip(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars] + "…"
