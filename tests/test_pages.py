@@ -87,6 +87,9 @@ async def test_the_widget_and_the_frames_files_are_served_gzipped_and_revalidate
         plain = await gw.http.get("/webchat/widget.js", headers={"Accept-Encoding": "identity"})
         etag = packed["widget.js"].headers["etag"]
         again = await gw.http.get("/webchat/widget.js", headers={"If-None-Match": etag})
+        # The other encoding's tag does not stand for these bytes.
+        plain_etag = plain.headers["etag"]
+        crossed = await gw.http.get("/webchat/widget.js", headers={"If-None-Match": plain_etag})
         other = await gw.http.get("/webchat/widget.js", headers={"If-None-Match": '"old"'})
 
     source = Path("connectors/webchat")
@@ -99,6 +102,8 @@ async def test_the_widget_and_the_frames_files_are_served_gzipped_and_revalidate
     assert plain.headers["cross-origin-resource-policy"] == "cross-origin"
     assert again.status_code == 304
     assert again.content == b""
+    assert plain_etag != etag
+    assert crossed.status_code == 200
     assert other.status_code == 200
 
 

@@ -192,13 +192,13 @@ def _page_router(origins: Sequence[str]) -> APIRouter:
     router = APIRouter(tags=["web chat"])
     page_html = PAGE.read_text(encoding="utf-8")
     demo_html = DEMO.read_text(encoding="utf-8")
-    # Any site may load the loader; what it opens is the framed page below.
-    widget_js = Asset.read(
-        WIDGET_JS,
-        "text/javascript",
-        **{"Cross-Origin-Resource-Policy": "cross-origin", "Cache-Control": "max-age=300"},
-    )
     files = {
+        # Any site may load the loader; what it opens is the framed page below.
+        "widget.js": Asset.read(
+            WIDGET_JS,
+            "text/javascript",
+            **{"Cross-Origin-Resource-Policy": "cross-origin", "Cache-Control": "max-age=300"},
+        ),
         "page.js": Asset.read(PAGE_JS, "text/javascript"),
         "markdown.js": Asset.read(MARKDOWN_JS, "text/javascript"),
         "page.css": Asset.read(PAGE_CSS, "text/css"),
@@ -218,10 +218,6 @@ def _page_router(origins: Sequence[str]) -> APIRouter:
     @router.get("/webchat/frame", response_class=HTMLResponse, include_in_schema=False)
     async def frame() -> HTMLResponse:
         return HTMLResponse(frame_html, headers=framed)
-
-    @router.get("/webchat/widget.js", include_in_schema=False)
-    async def widget(request: Request) -> Response:
-        return widget_js.response(request)
 
     for name, asset in files.items():
         router.add_api_route(

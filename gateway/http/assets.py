@@ -39,11 +39,14 @@ class Asset:
         return cls(path.read_bytes(), media_type, headers)
 
     def response(self, request: Request) -> Response:
-        headers = {"ETag": self.etag, "Cache-Control": DEFAULT_CACHE, "Vary": "Accept-Encoding"}
+        packed = _takes_gzip(request.headers.get("accept-encoding", ""))
+        # Each encoding is other bytes, so another strong ETag (RFC 9110, 8.8.3).
+        etag = self.etag[:-1] + '-gz"' if packed else self.etag
+        headers = {"ETag": etag, "Cache-Control": DEFAULT_CACHE, "Vary": "Accept-Encoding"}
         headers |= self.headers
-        if self.etag in _etags(request.headers.get("if-none-match", "")):
+        if etag in _etags(request.headers.get("if-none-match", "")):
             return Response(status_code=304, headers=headers)
-        if _takes_gzip(request.headers.get("accept-encoding", "")):
+        if packed:
             headers["Content-Encoding"] = "gzip"
             return Response(self.gzipped, media_type=self.media_type, headers=headers)
         return Response(self.body, media_type=self.media_type, headers=headers)

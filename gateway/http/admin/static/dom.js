@@ -60,8 +60,8 @@ export function setRefresh(route) { again = route; }
 // Show the current page again, as it is now (after a change made from it).
 export function refresh() { return again(); }
 
-// A wide table scrolls inside its own box on a narrow screen, not the page.
-// A box that scrolls sideways on a narrow screen: focusable, so a keyboard can scroll it.
+// A wide table scrolls inside its own box on a narrow screen, not the page; the box
+// takes the focus, so a keyboard can scroll it.
 export function scroller(table) { return h("div", { class: "scroll", tabindex: "0" }, table); }
 
 // How long ago `iso` was, roughly: "40 s", "12 min", "3 h", "2 d".
