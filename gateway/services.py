@@ -22,6 +22,7 @@ from gateway.channels.delivery import Announce, DeliveryLoop, RetryPolicy
 from gateway.channels.linking import Linking
 from gateway.channels.operator_messages import OperatorMessages
 from gateway.channels.outbox import Outbox
+from gateway.channels.overview import Overview
 from gateway.channels.pacing import Pacing
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Connector
@@ -91,6 +92,7 @@ class Services:
     linking: Linking
     exports: Exports
     imports: Imports
+    overview: Overview
     # Events to and from the other replicas (with Redis only).
     fanout: RedisFanout | None
 
@@ -212,6 +214,15 @@ class Services:
             linking=linking,
             exports=Exports(sessions),
             imports=Imports(sessions, clean=clean, archive_dir=settings.data_dir / ARCHIVE_DIR),
+            overview=Overview(
+                stats=repos.stats,
+                leases=repos.leases,
+                archive=archive,
+                core=core,
+                connectors=connectors,
+                clock=clock,
+                prompt_limit=settings.llm_context_tokens - settings.llm_max_reply_tokens,
+            ),
             fanout=_fanout(settings, hub),
         )
 
