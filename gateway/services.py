@@ -18,10 +18,11 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.channels.core import Core
-from gateway.channels.delivery import DeliveryLoop, RetryPolicy, Settled
+from gateway.channels.delivery import Announce, DeliveryLoop, RetryPolicy
 from gateway.channels.linking import Linking
 from gateway.channels.operator_messages import OperatorMessages
 from gateway.channels.outbox import Outbox
+from gateway.channels.overview import Overview
 from gateway.channels.pacing import Pacing
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Connector
@@ -50,6 +51,7 @@ from memory.portable.export import Exports
 from memory.portable.imports import Imports
 from memory.profile.profiles import Profiles
 from memory.recall import Recall
+from memory.storage.deliveries import DeliveryMoved
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.files import private_dir, tighten
 from memory.storage.leases import Leases
@@ -90,6 +92,7 @@ class Services:
     linking: Linking
     exports: Exports
     imports: Imports
+    overview: Overview
     # Events to and from the other replicas (with Redis only).
     fanout: RedisFanout | None
 
@@ -134,7 +137,7 @@ class Services:
         connectors = enabled_connectors(settings)
         hub, commands = Hub(), Commands()
         delivery = _delivery_loop(
-            settings, repos, clock, metrics, shared_leases, partial(_announce, repos, hub)
+            settings, repos, clock, metrics, shared_leases, partial(_announce, hub)
         )
         outbox = Outbox(connectors, repos, delivery)
         runner = TurnRunner(
@@ -211,6 +214,15 @@ class Services:
             linking=linking,
             exports=Exports(sessions),
             imports=Imports(sessions, clean=clean, archive_dir=settings.data_dir / ARCHIVE_DIR),
+            overview=Overview(
+                stats=repos.stats,
+                leases=repos.leases,
+                archive=archive,
+                core=core,
+                connectors=connectors,
+                clock=clock,
+                prompt_limit=settings.llm_context_tokens - settings.llm_max_reply_tokens,
+            ),
             fanout=_fanout(settings, hub),
         )
 
@@ -309,7 +321,7 @@ def _delivery_loop(
     clock: Clock,
     metrics: Metrics,
     lanes: Leases | None,
-    settled: Settled,
+    announce: Announce,
 ) -> DeliveryLoop:
     retry = RetryPolicy(
         settings.delivery_max_attempts,
@@ -325,16 +337,13 @@ def _delivery_loop(
         metrics=metrics,
         lanes=lanes,
         lane_ttl=timedelta(seconds=settings.turn_lease_seconds),
-        settled=settled,
+        announce=announce,
     )
 
 
-async def _announce(repos: Repositories, hub: Hub, message_id: int) -> None:
+def _announce(hub: Hub, moved: DeliveryMoved) -> None:
     """A reply's delivery moved on: whoever shows it (the dashboard) reads it again."""
-    message = await repos.messages.message_by_id(message_id)
-    if message is not None:
-        conversation = message.conversation_id
-        hub.publish(conversation, DeliveryChanged(conversation, message.seq))
+    hub.publish(moved.conversation_id, DeliveryChanged(moved.conversation_id, moved.seq))
 
 
 def _replica_name(settings: Settings) -> str:

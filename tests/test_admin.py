@@ -9,11 +9,12 @@ skip with a reason when it is missing, except under CI=true, where they fail.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, Request, expect
+from playwright.async_api import Browser, Page, Request, Route, expect
 from sqlalchemy import func, select
 
 from memory.profile.profiles import Profiles
@@ -30,7 +31,7 @@ from memory.storage.models import (
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.support.dashboard import Dashboard, Dialogs, OwnOrigin, dashboard, sign_in
-from tests.support.webpage import Line
+from tests.support.webpage import Line, WatchedLine
 from tests.support.world import FILLER, MARKER, files_with
 
 # The fixtures `chromium`, `browser` and `page`.
@@ -306,6 +307,48 @@ async def test_unlink_and_merge_ask_first_and_saying_no_changes_nothing(
     assert accepted["discord's owner"] not in (None, world.ana.user_id)  # a person of its own
     assert accepted["bo"] is None  # all of Bo is Ana's now: no empty person is left
     assert accepted["bo's owner"] == world.ana.user_id
+
+
+async def test_a_delivery_that_moves_on_while_its_message_is_being_read_is_shown(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    line = WatchedLine(r"/admin/live\b")
+    await line.install(page)
+    async with dashboard(database_url, tmp_path, llm, page) as d:
+        world = d.world
+        await sign_in(page, d.url)
+        await page.goto(f"{d.url}/admin#/people/{world.bo.user_id}")
+        await expect(page.locator("#live")).to_have_text("live")
+        line.forget("delivery")
+        await d.p.telegram(tg.text_update(300, "Bo writes on Telegram"))
+        await line.reached("delivery")  # the answer's, sent: Bo is reached on Telegram
+        read, release = asyncio.Event(), asyncio.Event()
+
+        async def slow(route: Route) -> None:
+            # The read that a new message's ring starts: answered as the database had
+            # it then (pending), once its delivery has moved on and rung.
+            response = await route.fetch()
+            read.set()
+            await release.wait()
+            await route.fulfill(response=response)
+
+        await page.route("**/messages?limit=100&after_seq=*", slow)
+        d.p.tg.gate = asyncio.Event()  # Telegram answers once the page has read
+        line.forget("delivery")
+        posted = await d.api(
+            "POST",
+            f"/sessions/{world.bo.conversation_id}/messages",
+            json={"text": "An operator, while the page reads", "channel": "telegram"},
+        )
+        await asyncio.wait_for(read.wait(), 10)
+        d.p.tg.gate.set()
+        await line.reached("delivery")  # sent, and the page told, before its read is in
+        release.set()
+        shown = page.locator("li.message").filter(has_text="An operator, while the page reads")
+        await expect(shown).to_have_attribute("data-delivery", "sent")
+
+    assert posted.status_code == 201, posted.text
+    assert "An operator, while the page reads" in d.p.tg.texts(300)
 
 
 async def test_a_new_message_appears_live_also_after_the_socket_came_back(

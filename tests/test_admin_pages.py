@@ -248,7 +248,9 @@ async def test_health_shows_the_waiting_work_and_the_charts_the_database_holds(
             until=lambda n: n == 0,
         )  # the reply's delivery is on record
         queues = {
-            "summaries": await _queue(d, Chunk, Chunk.status == ChunkStatus.PENDING),
+            "summaries": await _queue(
+                d, Chunk, Chunk.status.in_([ChunkStatus.PENDING, ChunkStatus.FAILED])
+            ),
             "extractions": await _queue(
                 d,
                 Chunk,

@@ -13,21 +13,18 @@ import json
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import update
 from websockets.asyncio.client import connect
 from websockets.typing import Origin
 
 from gateway.channels.core import REPLY_POLL_SECONDS
-from memory.storage.engine import session_factory
-from memory.storage.models import Delivery, Message
 from tests.fakes.llm_server import FakeLLM, Hang, Reply
+from tests.fakes.telegram_api import TgFail, fake_telegram, text_update
 from tests.support.faults.processes import RedisServer, Stopwatch
 from tests.support.harness import (
     ADMIN_TOKEN,
@@ -37,12 +34,14 @@ from tests.support.harness import (
     running_gateway,
 )
 from tests.support.operators import sign_in
+from tests.support.platforms import platform_gateway
 from tests.support.polling import eventually
 from tests.support.process import REPO, free_port, parley_env
 from tests.support.redis import fresh_redis
 
 # Replicas share a database server; an embedded SQLite file is one process's alone.
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+CHAT = 4242
 pytestmark = pytest.mark.parametrize(
     "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
 )
@@ -163,31 +162,41 @@ async def test_an_erasure_on_one_replica_ends_the_socket_open_on_the_other(
 async def test_a_delivery_retried_on_one_replica_rings_the_dashboard_open_on_the_other(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    async with replicas(database_url, tmp_path, llm, redis_url=await fresh_redis()) as (a, b):
-        assert b.services.fanout is not None
-        await asyncio.wait_for(b.services.fanout.listening.wait(), 10)
-        token, session = await a.visitor()
-        reply = (await a.send(token, "hello")).json()["reply"]
-        async with session_factory(a.services.engine)() as db:  # as if the platform refused it
-            await db.execute(
-                update(Message)
-                .where(Message.conversation_id == uuid.UUID(session), Message.seq == reply["seq"])
-                .values(delivery=Delivery.FAILED, delivery_error="refused")
-            )
-            await db.commit()
-        message_id = (await a.http.get("/api/v1/deliveries", headers=ADMIN)).json()["items"][0][
-            "id"
-        ]
-        signed = await sign_in(b)
-        url = b.url.replace("http", "ws", 1) + f"/admin/live?session={session}"
+    llm.script(Reply("a reply Telegram refuses first"))
+    redis_url = await fresh_redis()
+    async with (
+        fake_telegram() as telegram,
+        platform_gateway(database_url, tmp_path / "a", llm, tg=telegram, redis_url=redis_url) as a,
+        platform_gateway(database_url, tmp_path / "b", llm, tg=telegram, redis_url=redis_url) as b,
+    ):
+        assert b.gw.services.fanout is not None
+        await asyncio.wait_for(b.gw.services.fanout.listening.wait(), 10)
+        telegram.fail("sendMessage", TgFail(403, "Forbidden: bot was blocked by the user"))
+        await a.telegram(text_update(CHAT, "hello"))
+        failed = await eventually(
+            lambda: a.gw.http.get("/api/v1/deliveries", headers=ADMIN),
+            until=lambda r: len(r.json()["items"]) == 1,
+        )
+        reply = failed.json()["items"][0]
+        signed = await sign_in(b.gw)
+        live = f"/admin/live?session={reply['conversation_id']}"
+        url = b.gw.url.replace("http", "ws", 1) + live
         headers = signed.headers()
-        async with connect(url, origin=Origin(b.url), additional_headers=headers) as ws:
+        # A ring that never comes fails here, not at the test's timeout.
+        async with (
+            asyncio.timeout(15),
+            connect(url, origin=Origin(b.gw.url), additional_headers=headers) as ws,
+        ):
             assert json.loads(await ws.recv()) == {"type": "ready"}
-            retried = await a.http.post(f"/api/v1/deliveries/{message_id}/retry", headers=ADMIN)
+            retried = await a.gw.http.post(f"/api/v1/deliveries/{reply['id']}/retry", headers=ADMIN)
             rings = [json.loads(await ws.recv()) for _ in range(2)]  # pending again, then sent
 
+    assert reply["delivery_error"] == (
+        "Telegram refused the message: Forbidden: bot was blocked by the user"
+    )
     assert retried.status_code == 200, retried.text
     assert rings == [{"type": "delivery", "seq": reply["seq"]}] * 2
+    assert telegram.texts(CHAT) == ["a reply Telegram refuses first"]  # taken this time
 
 
 async def test_a_replica_killed_mid_turn_leaves_the_conversation_to_the_other(

@@ -263,15 +263,24 @@ async def test_stats_say_how_much_work_waits_and_since_when(
         for text in ("one", "two"):
             await gw.send(token, text)
         now = gw.services.clock.now()
-        cut = {"summaries": now - timedelta(hours=3), "extractions": now - timedelta(hours=2)}
+        # A failing chunk is retried: it waits for its summary too, the longest here.
+        cut = {
+            "failing": now - timedelta(hours=4),
+            "summaries": now - timedelta(hours=3),
+            "extractions": now - timedelta(hours=2),
+        }
         written = now - timedelta(minutes=5)
         sessions = session_factory(gw.services.engine)
         async with sessions() as db:
             for seq, (status, at) in enumerate(
-                [(ChunkStatus.PENDING, cut["summaries"]), (ChunkStatus.READY, cut["extractions"])]
+                [
+                    (ChunkStatus.FAILED, cut["failing"]),
+                    (ChunkStatus.PENDING, cut["summaries"]),
+                    (ChunkStatus.READY, cut["extractions"]),
+                    (ChunkStatus.PENDING, now),
+                ]
             ):
                 db.add(_chunk(uuid.UUID(session), seq, status, at))
-            db.add(_chunk(uuid.UUID(session), 2, ChunkStatus.PENDING, now))
             await db.commit()
         await gw.services.repos.messages.add_message(
             uuid.UUID(session),
@@ -295,10 +304,12 @@ async def test_stats_say_how_much_work_waits_and_since_when(
         for name, queue in stats["queues"].items()
     }
     assert queues == {
-        "summaries": (2, cut["summaries"]),
+        "summaries": (3, cut["failing"]),
         "extractions": (1, cut["extractions"]),
         "deliveries": (1, written),
     }
+    # The archive's chunks by state; how many wait, and since when, is said once (queues).
+    assert stats["archive"] == {"chunks": {"failed": 1, "pending": 2, "ready": 1}}
     turns = stats["prompt_tokens_per_turn"]
     assert [t["prompt_tokens"] for t in turns] == prompts
     assert len(prompts) == 2

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Hashable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -31,14 +31,14 @@ from gateway.messages import Outbound
 from gateway.metrics import Metrics
 from gateway.settings import UncertainParts
 from gateway.tasks import finish_or_cancel
-from memory.storage.deliveries import Deliveries
+from memory.storage.deliveries import Deliveries, DeliveryMoved
 from memory.storage.leases import Leases
 from memory.storage.models import Delivery
 
 log = structlog.get_logger(__name__)
 
-# Told the id of a reply whose delivery was settled (sent, or failed for good).
-Settled = Callable[[int], Awaitable[None]]
+# Told of a reply whose delivery moved on (sent, failed for good, or pending again).
+Announce = Callable[[DeliveryMoved], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +69,10 @@ class DeliveryLoop:
         metrics: Metrics | None = None,
         lanes: Leases | None = None,
         lane_ttl: timedelta = timedelta(seconds=30),
-        settled: Settled | None = None,
+        announce: Announce | None = None,
     ) -> None:
         self._metrics = metrics or Metrics()
-        self._settled = settled
+        self._announce = announce
         # With leases, a chat's lane is worked by one replica at a time (None: this
         # process is the only one).
         self._lane_leases = lanes
@@ -123,10 +123,12 @@ class DeliveryLoop:
             await sender.send(outbound)
         except DeliveryError as exc:
             log.warning("delivery failed", message_id=outbound.message_id, error=exc.reason)
-            await self._deliveries.attempt_failed(outbound.message_id, exc.reason, final=True)
+            moved = await self._deliveries.attempt_failed(
+                outbound.message_id, exc.reason, final=True
+            )
         else:
-            await self._deliveries.sent(outbound.message_id)
-        await self._tell(outbound.message_id)
+            moved = await self._deliveries.sent(outbound.message_id)
+        self.announce(moved)
 
     async def _work(self, lane: Hashable) -> None:
         queue = self._lanes[lane]
@@ -190,17 +192,17 @@ class DeliveryLoop:
                     await self._give_up(outbound, failure.reason)
                     return
                 await self._retry_later(sender, part, failure, failures)
-        await self._deliveries.sent(outbound.message_id)
-        await self._tell(outbound.message_id)
+        self.announce(await self._deliveries.sent(outbound.message_id))
 
-    async def _tell(self, message_id: int) -> None:
-        """Say that a reply's delivery is settled; a failure to say it costs only that."""
-        if self._settled is None:
+    def announce(self, moved: DeliveryMoved | None) -> None:
+        """Say that a reply's delivery moved on (None: nothing moved); a failure to say
+        it costs only that."""
+        if self._announce is None or moved is None:
             return
         try:
-            await self._settled(message_id)
+            self._announce(moved)
         except Exception:
-            log.exception("could not announce a delivery", message_id=message_id)
+            log.exception("could not announce a delivery", message_id=moved.message_id)
 
     async def _settle_uncertain(self, outbound: Outbound, part: int) -> int:
         """How many parts to skip for one the last process may or may not have sent."""
@@ -255,5 +257,6 @@ class DeliveryLoop:
     async def _give_up(self, outbound: Outbound, reason: str) -> None:
         log.warning("delivery failed", message_id=outbound.message_id, error=reason)
         self._metrics.deliveries.labels(outbound.channel, "failed").inc()
-        await self._deliveries.attempt_failed(outbound.message_id, reason, final=True)
-        await self._tell(outbound.message_id)
+        self.announce(
+            await self._deliveries.attempt_failed(outbound.message_id, reason, final=True)
+        )

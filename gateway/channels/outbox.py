@@ -121,6 +121,17 @@ class Outbox:
                 await self._submit(pending.reply, trigger, chat)
             after_id = page[-1].reply.id
 
+    async def retry(self, message_id: int) -> StoredMessage | None:
+        """Send a failed reply again, from its first part the platform did not take;
+        None if it is not a failed delivery. Answers the reply as it stands once
+        resubmitted: sent already where the channel sends inline, else pending."""
+        again = await self._deliveries.send_again(message_id)
+        if again is None:
+            return None
+        self._delivery.announce(again)  # pending again, wherever it is shown
+        await self.resume(only=message_id)
+        return await self._messages.message_by_id(message_id)
+
     @property
     def busy(self) -> bool:
         return self._delivery.busy

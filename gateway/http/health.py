@@ -54,8 +54,8 @@ async def _read_stored_state(services: Services) -> None:
     backlog = await services.archive.backlog()
     for status in ChunkStatus:
         metrics.archive_chunks.labels(status.value).set(backlog.chunks.get(status, 0))
-    metrics.extraction_backlog.set(backlog.to_extract)
-    waiting = backlog.oldest_waiting
+    metrics.extraction_backlog.set(backlog.extractions.depth)
+    waiting = backlog.summaries.oldest_at
     lag = 0.0 if waiting is None else (services.clock.now() - waiting).total_seconds()
     metrics.queue_lag.set(max(lag, 0.0))
     metrics.uncertain_parts.set(await services.repos.deliveries.uncertain_parts())

@@ -19,6 +19,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.messages import MESSAGE_COLUMNS, StoredMessage, message_view
 from memory.storage.models import Chunk, ChunkStatus, Conversation, Message
+from memory.storage.stats import Queue
+
+# A chunk still waiting for its summary: pending, or failing and retried with backoff.
+AWAITING_SUMMARY = Chunk.status.in_([ChunkStatus.PENDING, ChunkStatus.FAILED])
+# A summarised leaf chunk whose facts are not taken into a profile yet.
+FACTS_TO_TAKE = and_(
+    Chunk.facts_extracted.is_(False), Chunk.status == ChunkStatus.READY, Chunk.level == 0
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +59,12 @@ class ArchiveStatus:
 
 @dataclass(frozen=True, slots=True)
 class Backlog:
-    """The archive's work across every conversation, for metrics."""
+    """The archive's work across every conversation, for metrics and the dashboard.
+    A queue's oldest is when its oldest chunk was cut."""
 
     chunks: dict[ChunkStatus, int]
-    to_extract: int
-    # When the oldest chunk that still waits for its summary was cut (None: none waits).
-    oldest_waiting: datetime | None
+    summaries: Queue  # chunks still waiting for their summary (`AWAITING_SUMMARY`)
+    extractions: Queue  # summarised chunks whose facts are still to take (`FACTS_TO_TAKE`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,35 +114,29 @@ class ArchiveReads:
     async def chunks_to_extract(self, limit: int = 100) -> list[int]:
         async with self._sessions() as session:
             rows = await session.scalars(
-                select(Chunk.id)
-                .where(
-                    Chunk.facts_extracted.is_(False),
-                    Chunk.status == ChunkStatus.READY,
-                    Chunk.level == 0,
-                )
-                .order_by(Chunk.id)
-                .limit(limit)
+                select(Chunk.id).where(FACTS_TO_TAKE).order_by(Chunk.id).limit(limit)
             )
             return list(rows)
 
     async def backlog(self) -> Backlog:
-        waiting = Chunk.status.in_([ChunkStatus.PENDING, ChunkStatus.FAILED])
+        queues = select(
+            func.count().filter(AWAITING_SUMMARY),
+            func.min(Chunk.created_at).filter(AWAITING_SUMMARY),
+            func.count().filter(FACTS_TO_TAKE),
+            func.min(Chunk.created_at).filter(FACTS_TO_TAKE),
+        )
         async with self._sessions() as session:
             counts = await session.execute(
                 select(Chunk.status, func.count()).group_by(Chunk.status)
             )
-            to_extract = await session.scalar(
-                select(func.count()).where(
-                    Chunk.facts_extracted.is_(False),
-                    Chunk.status == ChunkStatus.READY,
-                    Chunk.level == 0,
-                )
-            )
-            oldest = await session.scalar(select(func.min(Chunk.created_at)).where(waiting))
+            chunks = {ChunkStatus(status): int(n) for status, n in counts}
+            summaries, summaries_at, extractions, extractions_at = (
+                await session.execute(queues)
+            ).one()
         return Backlog(
-            chunks={ChunkStatus(status): int(n) for status, n in counts},
-            to_extract=int(to_extract or 0),
-            oldest_waiting=oldest,
+            chunks=chunks,
+            summaries=Queue(int(summaries), summaries_at),
+            extractions=Queue(int(extractions), extractions_at),
         )
 
     async def recent_summaries_of(self, user_id: uuid.UUID, count: int) -> list[str]:

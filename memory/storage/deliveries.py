@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Update, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.inserts import insert_or_skip
@@ -31,6 +31,16 @@ class DeliveryState:
     # A part whose send call was in flight when the process stopped: the platform may
     # or may not have taken it.
     uncertain_part: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryMoved:
+    """A reply whose delivery just changed, and where it stands in its conversation:
+    what whoever shows it needs to read it again."""
+
+    message_id: int
+    conversation_id: uuid.UUID
+    seq: int
 
 
 class Deliveries:
@@ -108,20 +118,20 @@ class Deliveries:
             await session.execute(update(Message).where(Message.id == message_id).values(done))
             await session.commit()
 
-    async def sent(self, message_id: int) -> None:
-        """Every part went out. Receipts that came first are not undone."""
-        async with self._sessions() as session:
-            await session.execute(
-                update(Message)
-                .where(Message.id == message_id, Message.delivery == Delivery.PENDING)
-                .values(
-                    delivery=Delivery.SENT,
-                    delivery_attempts=Message.delivery_attempts + 1,
-                )
-            )
-            await session.commit()
+    async def sent(self, message_id: int) -> DeliveryMoved | None:
+        """Every part went out; None if the reply was no longer pending (receipts that
+        came first are not undone) or is gone."""
+        return await self._move(
+            update(Message)
+            .where(Message.id == message_id, Message.delivery == Delivery.PENDING)
+            .values(delivery=Delivery.SENT, delivery_attempts=Message.delivery_attempts + 1)
+        )
 
-    async def attempt_failed(self, message_id: int, error: str, *, final: bool) -> None:
+    async def attempt_failed(
+        self, message_id: int, error: str, *, final: bool
+    ) -> DeliveryMoved | None:
+        """A send the platform refused (`final`: the reply failed for good); None if the
+        reply is gone."""
         values: dict[str, object] = {
             "delivery_error": error,
             "delivery_attempts": Message.delivery_attempts + 1,
@@ -130,7 +140,25 @@ class Deliveries:
         }
         if final:
             values["delivery"] = Delivery.FAILED
-        await self._update(message_id, **values)
+        return await self._move(update(Message).where(Message.id == message_id).values(values))
+
+    async def send_again(self, message_id: int) -> DeliveryMoved | None:
+        """Make a failed delivery pending again, from its first unsent part; None if the
+        message is not a failed delivery."""
+        return await self._move(
+            update(Message)
+            .where(Message.id == message_id, Message.delivery == Delivery.FAILED)
+            .values(delivery=Delivery.PENDING, delivery_attempts=0, delivery_error=None)
+        )
+
+    async def _move(self, change: Update) -> DeliveryMoved | None:
+        """Apply `change` to one reply and say where that reply is, in the same
+        statement (RETURNING): announcing a delivery costs no read of its own."""
+        returning = change.returning(Message.id, Message.conversation_id, Message.seq)
+        async with self._sessions() as session:
+            row = (await session.execute(returning)).one_or_none()
+            await session.commit()
+        return None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
 
     async def receipt(
         self,

@@ -27,6 +27,7 @@ from memory.storage.models import (
     PairingRequest,
     User,
 )
+from memory.storage.pairing import pending
 
 # (created_at, id) of the last row shown: the next page starts after it.
 After = tuple[datetime, uuid.UUID]
@@ -240,8 +241,7 @@ def _asking(identity: type[Identity], now: datetime) -> Any:
     return exists().where(
         PairingRequest.channel == identity.channel,
         PairingRequest.external_id == identity.external_id,
-        PairingRequest.approved_at.is_(None),
-        PairingRequest.expires_at > now,
+        pending(now),
     )
 
 

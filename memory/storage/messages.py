@@ -319,19 +319,6 @@ class Messages:
         async with self._sessions() as session:
             return [message_view(row) for row in await session.execute(query)]
 
-    async def send_again(self, message_id: int) -> bool:
-        """Make a failed delivery pending again, from its first unsent part; False if
-        the message is not a failed delivery."""
-        async with self._sessions() as session:
-            changed = await session.scalar(
-                update(Message)
-                .where(Message.id == message_id, Message.delivery == Delivery.FAILED)
-                .values(delivery=Delivery.PENDING, delivery_attempts=0, delivery_error=None)
-                .returning(Message.id)
-            )
-            await session.commit()
-        return changed is not None
-
 
 def _pending(row: Any) -> PendingReply:
     """A row of `pending_replies`: the reply's columns, the trigger's, then the chat's."""

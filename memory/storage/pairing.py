@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.codes import new_code, normalise_code
@@ -32,6 +32,11 @@ class Pairing:
     created_at: datetime
     expires_at: datetime
     approved_at: datetime | None
+
+
+def pending(now: datetime) -> ColumnElement[bool]:
+    """A request still waiting for an operator: not approved, and not expired."""
+    return and_(PairingRequest.approved_at.is_(None), PairingRequest.expires_at > now)
 
 
 class Approval(StrEnum):
@@ -106,11 +111,7 @@ class Pairings:
             waiting = await session.scalar(
                 select(func.count())
                 .select_from(PairingRequest)
-                .where(
-                    PairingRequest.channel == channel,
-                    PairingRequest.approved_at.is_(None),
-                    PairingRequest.expires_at > now,
-                )
+                .where(PairingRequest.channel == channel, pending(now))
             )
             if (waiting or 0) >= cap:
                 return None
@@ -141,7 +142,7 @@ class Pairings:
     async def pending_pairings(self, *, now: datetime) -> list[Pairing]:
         query = (
             select(PairingRequest)
-            .where(PairingRequest.approved_at.is_(None), PairingRequest.expires_at > now)
+            .where(pending(now))
             .order_by(PairingRequest.created_at, PairingRequest.id)
         )
         async with self._sessions() as session:

@@ -1,5 +1,5 @@
 """What the dashboard charts: messages per day and channel, the prompt's size per turn,
-when each channel last heard from someone or sent something, and how much work waits."""
+when each channel last heard from someone or sent something, and how many replies wait."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.models import Chunk, ChunkStatus, Delivery, Lease, Message, Role
+from memory.storage.models import Delivery, Lease, Message, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +40,6 @@ class Queue:
 
     depth: int
     oldest_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class Queues:
-    summaries: Queue  # chunks still to summarise (since cut; failing ones are errors)
-    extractions: Queue  # summarised chunks whose facts are still to take (since cut)
-    deliveries: Queue  # replies stored and not yet taken by their platform
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,22 +100,15 @@ class Stats:
             )
             return [TurnPrompt(r.created_at, r.prompt_tokens) for r in rows][::-1]
 
-    async def queues(self) -> Queues:
-        facts_to_take = (
-            Chunk.status == ChunkStatus.READY,
-            Chunk.level == 0,
-            Chunk.facts_extracted.is_(False),
+    async def deliveries_waiting(self) -> Queue:
+        """Replies stored and not yet taken by their platform, oldest since written (the
+        archive's queues are `memory.archive.reads.Backlog`)."""
+        waiting = select(func.count(), func.min(Message.created_at)).where(
+            Message.delivery == Delivery.PENDING
         )
         async with self._sessions() as session:
-            return Queues(
-                summaries=await _queue(
-                    session, Chunk.created_at, Chunk.status == ChunkStatus.PENDING
-                ),
-                extractions=await _queue(session, Chunk.created_at, *facts_to_take),
-                deliveries=await _queue(
-                    session, Message.created_at, Message.delivery == Delivery.PENDING
-                ),
-            )
+            depth, oldest_at = (await session.execute(waiting)).one()
+        return Queue(int(depth), oldest_at)
 
     async def channels(self) -> list[ChannelSeen]:
         async with self._sessions() as session:
@@ -139,11 +125,6 @@ class Stats:
         async with self._sessions() as session:
             rows = await session.scalars(select(Lease).where(Lease.name.startswith(prefix)))
             return [LeaseView(r.name, r.holder, r.expires_at, r.state) for r in rows]
-
-
-async def _queue(session: AsyncSession, at: Any, *where: Any) -> Queue:
-    row = (await session.execute(select(func.count(), func.min(at)).where(*where))).one()
-    return Queue(int(row[0]), row[1])
 
 
 async def _latest(session: AsyncSession, *where: Any) -> dict[str, datetime]:

@@ -70,6 +70,8 @@ class FakeTelegram:
         self._changed = asyncio.Condition()
         self._message_ids = itertools.count(1000)
         self._closing = False
+        # While this is an event not set, sendMessage answers once it is (a slow Telegram).
+        self.gate: asyncio.Event | None = None
         self.app = Starlette(
             routes=[Route("/bot{token}/{method}", self._method, methods=["GET", "POST"])]
         )
@@ -148,6 +150,8 @@ class FakeTelegram:
         }.get(method)
         if handler is None:
             return _error(404, "Not Found")
+        if method == "sendMessage" and self.gate is not None:
+            await self.gate.wait()
         response = handler(params)
         async with self._changed:
             if method == "sendMessage" and response.status_code == 200:

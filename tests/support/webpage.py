@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections import defaultdict
 from pathlib import Path
 
 from playwright.async_api import ConsoleMessage, Page, WebSocketRoute, expect
@@ -92,6 +93,34 @@ class HoldingLine(Line):
         """Cut the socket; what was held is lost with it."""
         self.holding = False
         await super().cut(stay_down=stay_down)
+
+
+class WatchedLine(Line):
+    """A socket whose server frames go through as they come, each noted once the page
+    has it: a test can wait for a frame of a type to have reached the page."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self._reached: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+    async def _route(self, page_side: WebSocketRoute) -> None:
+        await super()._route(page_side)
+        if self._open and self._open[-1][0] is page_side:
+            server_side = self._open[-1][1]
+            server_side.on_message(lambda frame: self._from_server(page_side, frame))
+
+    def _from_server(self, page_side: WebSocketRoute, frame: str | bytes) -> None:
+        page_side.send(frame)
+        if isinstance(frame, str):
+            self._reached[json.loads(frame)["type"]].set()
+
+    def forget(self, kind: str) -> None:
+        """Wait for the next frame of `kind` from now on."""
+        self._reached[kind].clear()
+
+    async def reached(self, kind: str, seconds: float = TIMEOUT_MS / 1000) -> None:
+        async with asyncio.timeout(seconds):
+            await self._reached[kind].wait()
 
 
 async def screenshot(page: Page, path: Path, *, full_page: bool = False) -> None:

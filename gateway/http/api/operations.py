@@ -16,7 +16,6 @@ from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
 from gateway.http.problems import ApiError, not_found, responses
 from gateway.services import Services
 from gateway.text import MAX_INT64
-from gateway.turns.hub import DeliveryChanged
 from memory.archive.jobs import EXTRACT, SUMMARIZE
 from memory.profile.jobs import TIDY
 from memory.storage.pairing import Approval, Pairing
@@ -222,18 +221,9 @@ async def retry_delivery(
     """Send a failed reply again, from its first part the platform did not take."""
 
     async def retry() -> OperatorMessage:
-        if not await services.repos.messages.send_again(message_id):
+        message = await services.outbox.retry(message_id)
+        if message is None:
             raise not_found("failed delivery")
-        again = await services.repos.messages.message_by_id(message_id)
-        if again is None:
-            raise not_found("failed delivery")
-        # Pending again, wherever it is shown (its outcome is announced in turn).
-        services.hub.publish(
-            again.conversation_id, DeliveryChanged(again.conversation_id, again.seq)
-        )
-        await services.outbox.resume(only=message_id)
-        message = await services.repos.messages.message_by_id(message_id)
-        assert message is not None
         return OperatorMessage.of(message)
 
     return await once.run(retry, about=lambda message: message.conversation_id)

@@ -1,22 +1,18 @@
-"""How the gateway is doing: channels, the archive's backlog, the work waiting (and for
-how long), and the numbers the dashboard charts (messages per channel and day; the
-prompt's size per turn and per day, to see memory keep it bounded)."""
+"""GET /api/v1/stats: how the gateway is doing (`gateway.channels.overview`), on the wire."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
-from gateway.channels.leader import LEASE_PREFIX
+from gateway.channels.overview import ChannelHealth, Report
 from gateway.http.deps import ServicesDep
 from gateway.http.problems import responses
-from memory.storage.stats import LeaseView, Queue
-
-# Turns charted one by one (the newest of the window): enough to see a trend.
-TURNS_CHARTED = 500
+from memory.archive.reads import Backlog
+from memory.storage.stats import DayCount, DayPrompt, Queue, TurnPrompt
 
 router = APIRouter(tags=["operations"])
 
@@ -33,18 +29,36 @@ class ChannelOut(BaseModel):
     # replica holds it. None: the platform or the browser calls in (webhooks, web chat).
     connection: str | None
 
+    @classmethod
+    def of(cls, channel: ChannelHealth) -> ChannelOut:
+        return cls(
+            channel=channel.channel,
+            enabled=channel.enabled,
+            last_inbound_at=channel.last_inbound_at,
+            last_sent_at=channel.last_sent_at,
+            leader=channel.leader,
+            connection=channel.connection,
+        )
+
 
 class ArchiveOut(BaseModel):
+    # Archive chunks by state (pending and failed ones wait for their summary); how many
+    # wait, and since when, is `queues`.
     chunks: dict[str, int]
-    to_extract: int
-    # When the oldest chunk still waiting for its summary was cut; None: none waits.
-    oldest_waiting: datetime | None
+
+    @classmethod
+    def of(cls, backlog: Backlog) -> ArchiveOut:
+        return cls(chunks={state.value: n for state, n in backlog.chunks.items()})
 
 
 class DayCountOut(BaseModel):
     day: str
     channel: str
     messages: int
+
+    @classmethod
+    def of(cls, count: DayCount) -> DayCountOut:
+        return cls(day=count.day, channel=count.channel, messages=count.messages)
 
 
 class DayPromptOut(BaseModel):
@@ -53,10 +67,18 @@ class DayPromptOut(BaseModel):
     mean: int
     largest: int
 
+    @classmethod
+    def of(cls, prompt: DayPrompt) -> DayPromptOut:
+        return cls(day=prompt.day, turns=prompt.turns, mean=prompt.mean, largest=prompt.largest)
+
 
 class TurnOut(BaseModel):
     at: datetime
     prompt_tokens: int
+
+    @classmethod
+    def of(cls, turn: TurnPrompt) -> TurnOut:
+        return cls(at=turn.at, prompt_tokens=turn.tokens)
 
 
 class QueueOut(BaseModel):
@@ -71,7 +93,8 @@ class QueueOut(BaseModel):
 
 
 class QueuesOut(BaseModel):
-    summaries: QueueOut  # archive chunks still to summarise (failing ones not counted)
+    # Archive chunks still to summarise: pending, or failing and retried.
+    summaries: QueueOut
     extractions: QueueOut  # summarised chunks whose facts are still to take
     deliveries: QueueOut  # replies stored that their platform has not taken yet
 
@@ -90,74 +113,30 @@ class StatsOut(BaseModel):
     # What a prompt may never exceed (the context window less the reply's room).
     prompt_limit: int
 
+    @classmethod
+    def of(cls, report: Report) -> StatsOut:
+        return cls(
+            replica=report.replica,
+            channels=[ChannelOut.of(c) for c in report.channels],
+            archive=ArchiveOut.of(report.archive),
+            queues=QueuesOut(
+                summaries=QueueOut.of(report.archive.summaries),
+                extractions=QueueOut.of(report.archive.extractions),
+                deliveries=QueueOut.of(report.deliveries),
+            ),
+            days=report.days,
+            messages_per_day=[DayCountOut.of(d) for d in report.messages_per_day],
+            prompt_tokens_per_day=[DayPromptOut.of(d) for d in report.prompt_per_day],
+            prompt_tokens_per_turn=[TurnOut.of(t) for t in report.prompt_per_turn],
+            prompt_limit=report.prompt_limit,
+        )
+
 
 @router.get("/stats", responses=responses(422))
 async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)] = 30) -> StatsOut:
-    """Channels with when they last heard and sent; the archive's backlog; how many
+    """Channels with when they last heard and sent; archive chunks by state; how many
     summaries, fact extractions and deliveries wait, and since when the oldest has; per
     UTC day over the last `days`, messages by channel and the prompt tokens of model
     replies (estimated when the reply was written: mean and largest), and those of the
     newest turns one by one."""
-    repos = services.repos
-    now = services.clock.now()
-    since = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    seen = {c.channel: c for c in await repos.stats.channels()}
-    # A singleton is named for its channel first: "discord-gateway", "telegram-polling".
-    # Only what this configuration runs: a lease of what no longer runs (Telegram polling,
-    # since switched to a webhook) is old news.
-    running = set(services.core.singletons)
-    leases = {
-        lease.name.removeprefix(LEASE_PREFIX).split("-", 1)[0]: lease
-        for lease in await repos.stats.leases(LEASE_PREFIX)
-        if lease.name in running
-    }
-    held = {channel: lease.holder for channel, lease in leases.items() if lease.expires_at > now}
-    enabled = {connector.channel for connector in services.connectors}
-    backlog = await services.archive.backlog()
-    queues = await repos.stats.queues()
-    return StatsOut(
-        replica=repos.leases.holder,
-        channels=[
-            ChannelOut(
-                channel=channel,
-                enabled=channel in enabled,
-                last_inbound_at=seen[channel].last_inbound_at if channel in seen else None,
-                last_sent_at=seen[channel].last_sent_at if channel in seen else None,
-                leader=held.get(channel),
-                connection=_connection(leases.get(channel), now),
-            )
-            for channel in sorted(enabled | seen.keys())
-        ],
-        archive=ArchiveOut(
-            chunks={state.value: n for state, n in backlog.chunks.items()},
-            to_extract=backlog.to_extract,
-            oldest_waiting=backlog.oldest_waiting,
-        ),
-        queues=QueuesOut(
-            summaries=QueueOut.of(queues.summaries),
-            extractions=QueueOut.of(queues.extractions),
-            deliveries=QueueOut.of(queues.deliveries),
-        ),
-        days=[(since + timedelta(days=n)).date().isoformat() for n in range(days)],
-        messages_per_day=[
-            DayCountOut(day=d.day, channel=d.channel, messages=d.messages)
-            for d in await repos.stats.messages_per_day(since)
-        ],
-        prompt_tokens_per_day=[
-            DayPromptOut(day=d.day, turns=d.turns, mean=d.mean, largest=d.largest)
-            for d in await repos.stats.prompt_per_day(since)
-        ],
-        prompt_tokens_per_turn=[
-            TurnOut(at=t.at, prompt_tokens=t.tokens)
-            for t in await repos.stats.prompt_per_turn(since, TURNS_CHARTED)
-        ],
-        prompt_limit=services.settings.llm_context_tokens - services.settings.llm_max_reply_tokens,
-    )
-
-
-def _connection(lease: LeaseView | None, now: datetime) -> str | None:
-    if lease is None:
-        return None
-    if lease.expires_at <= now:
-        return "down"  # its holder stopped renewing, and nobody took over yet
-    return lease.state or "starting"
+    return StatsOut.of(await services.overview.report(days))

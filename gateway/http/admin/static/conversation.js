@@ -93,7 +93,12 @@ export async function conversation(body, id, focus) {
     const el = shown.get(focus);
     if (el) { el.classList.add("focus"); el.scrollIntoView({ block: "center" }); }
   } else list.lastElementChild && list.lastElementChild.scrollIntoView({ block: "end" });
-  onLeave(live(body, id, { changed: catchUp, delivery: reread, ready: resync }));
+  // One read at a time, in the order the rings came: a delivery's ring that comes while
+  // the message it is about is still being fetched is read after that fetch renders it,
+  // instead of being dropped as not shown (and the message left as the fetch found it).
+  let reads = Promise.resolve();
+  const inTurn = (read) => (...args) => (reads = reads.catch(() => {}).then(() => read(...args)));
+  onLeave(live(body, id, { changed: inTurn(catchUp), delivery: inTurn(reread), ready: inTurn(resync) }));
 }
 
 // The doorbell: a new message rings `changed`, a delivery that moved on `delivery`
