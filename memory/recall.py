@@ -29,11 +29,12 @@ from memory.storage.search import (
     SearchHit,
     search_words,
 )
-from memory.tokens import estimate_tokens
+from memory.tokens import estimate_tokens, shares, shorten
 from memory.zones import zone
 
 SOURCE = header("source", "archive")
 # What one answer may cost the prompt; a turn makes a few (PARLEY_LLM_MAX_TOOL_CALLS).
+# A turn on a small model asks for less (`Scope.answer_tokens`).
 ANSWER_TOKENS = 1200
 SEARCH_HITS = 8
 # Of each kind, the best this many are read: transcripts that only repeat a message hit
@@ -42,8 +43,10 @@ SEARCH_CANDIDATES = 2 * SEARCH_HITS
 RETIRED_FACTS = 20
 # A message hit up to this long is shown whole rather than as a snippet.
 WHOLE_MESSAGE_CHARS = 400
-# A message read longer than this is cut (the answer's budget is about 4 characters a token).
+# A message read longer than this is cut (the answer's budget is about 4 characters a
+# token), or than fits a smaller answer with its heading and the read's intro.
 BLOCK_CHARS = 3000
+BLOCK_OVERHEAD_TOKENS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,9 @@ class Scope:
     conversation_id: uuid.UUID
     user_id: uuid.UUID | None
     timezone: str
+    # What one answer may cost the prompt: less than ANSWER_TOKENS where the turn's
+    # tool rounds have less room.
+    answer_tokens: int = ANSWER_TOKENS
 
 
 class Recall:
@@ -98,7 +104,7 @@ class Recall:
             elif hit.seq in placed:  # else deleted since the search
                 lines.append(f"- {when} · {_message_hit(hit, *placed[hit.seq])}")
         lines.append("Read around a hit with archive_read(chunk_id, around=<message number>).")
-        return answer(_fit(lines, separator="\n"))
+        return answer(_fit(lines, scope.answer_tokens, separator="\n"))
 
     async def _found(
         self, scope: Scope, query: str, since: datetime | None, until: datetime | None
@@ -135,7 +141,7 @@ class Recall:
             f"archive #{row_id} (level {row.level}, {_span(row, tz)}) summarises "
             f"{len(children)} rows:"
         )
-        return answer(_children(intro, children, tz))
+        return answer(_children(intro, children, tz, scope.answer_tokens))
 
     async def read(self, scope: Scope, chunk_id: int, around: str | None = None) -> str:
         """A window of a level-0 row's messages as they were written: from the start, or
@@ -152,9 +158,12 @@ class Recall:
         if not messages:
             return answer(f"archive #{chunk_id} holds no dialogue.")
         tz = zone(scope.timezone)
-        blocks = [_block(m, tz) for m in messages]
+        chars = min(BLOCK_CHARS, 4 * max(100, scope.answer_tokens - BLOCK_OVERHEAD_TOKENS))
+        blocks = [_block(m, tz, chars) for m in messages]
         centre = _centre(messages, around)
-        first, last = _window([estimate_tokens(b) for b in blocks], centre, ANSWER_TOKENS - 100)
+        first, last = _window(
+            [estimate_tokens(b) for b in blocks], centre, scope.answer_tokens - 100
+        )
         shown = messages[first : last + 1]
         intro = (
             f"archive #{chunk_id}, {_span(row, tz)}, messages #{messages[0].seq}–#{messages[-1].seq}; "
@@ -178,7 +187,8 @@ class Recall:
             f"- retired {f.retired_at.astimezone(tz):%Y-%m-%d} ({_one_line(f.reason)}): {f.text}"
             for f in reversed(matching[-RETIRED_FACTS:])
         ]
-        return answer(_fit([f"{len(matching)} retired facts match, newest first:", *lines]))
+        head = f"{len(matching)} retired facts match, newest first:"
+        return answer(_fit([head, *lines], scope.answer_tokens))
 
     async def _row(self, scope: Scope, row_id: int) -> ChunkView | None:
         row = await self._reads.chunk(row_id)
@@ -212,12 +222,12 @@ def _message_hit(hit: SearchHit, message: StoredMessage, chunk: int | None) -> s
     return f"message #{message.seq} ({where}, {speaker(message)}): {escape_typed(_one_line(words))}"
 
 
-def _block(message: StoredMessage, tz: tzinfo) -> str:
+def _block(message: StoredMessage, tz: tzinfo, chars: int) -> str:
     when = message.sent_at.astimezone(tz)
     head = f"#{message.seq} · {when:%Y-%m-%d %H:%M} · {message.channel} · {speaker(message)}"
     text = message.text
-    if len(text) > BLOCK_CHARS:  # one long message must not blow the answer's budget
-        text = f"{text[:BLOCK_CHARS]}… ({len(text) - BLOCK_CHARS} more characters)"
+    if len(text) > chars:  # one long message must not blow the answer's budget
+        text = f"{text[:chars]}… ({len(text) - chars} more characters)"
     return f"{head}\n{escape_typed(text)}"
 
 
@@ -253,14 +263,14 @@ def _window(sizes: Sequence[int], centre: int | None, budget: int) -> tuple[int,
             return first, last
 
 
-def _fit(blocks: Iterable[str], separator: str = "\n\n") -> str:
+def _fit(blocks: Iterable[str], budget: int, separator: str = "\n\n") -> str:
     """Blocks in order until the answer's budget is spent; says how many were left out."""
     kept: list[str] = []
     used = 0
     items = list(blocks)
     for block in items:
         size = estimate_tokens(block)
-        if kept and used + size > ANSWER_TOKENS - 50:
+        if kept and used + size > budget - 50:
             kept.append(f"({len(items) - len(kept)} more left out for space.)")
             break
         kept.append(block)
@@ -268,7 +278,7 @@ def _fit(blocks: Iterable[str], separator: str = "\n\n") -> str:
     return separator.join(kept)
 
 
-def _children(intro: str, children: Sequence[ChunkView], tz: tzinfo) -> str:
+def _children(intro: str, children: Sequence[ChunkView], tz: tzinfo, budget: int) -> str:
     """Every child's heading (id, level, days, messages), each with as much of its
     summary as a fair share of the answer's budget holds: a short summary leaves its
     unused share to the longer ones, and one cut says so and where to read on."""
@@ -285,10 +295,10 @@ def _children(intro: str, children: Sequence[ChunkView], tz: tzinfo) -> str:
         estimate_tokens(f"{head}\n\n\n") + estimate_tokens(note)
         for head, note in zip(heads, notes, strict=True)
     )
-    shares = _shares([estimate_tokens(t) for t in texts], ANSWER_TOKENS - 50 - fixed)
+    given = shares([estimate_tokens(t) for t in texts], budget - 50 - fixed)
     blocks = [intro]
-    for head, text, note, share in zip(heads, texts, notes, shares, strict=True):
-        shown = _cut(text, share)
+    for head, text, note, share in zip(heads, texts, notes, given, strict=True):
+        shown = shorten(text, share, ELLIPSIS)
         if shown != text:
             shown = f"{shown}{note}".strip()
         blocks.append(f"{head}\n{shown}")
@@ -299,38 +309,6 @@ def _read_on(row: ChunkView) -> str:
     if row.level == 0:
         return f" (summary cut for space; archive_read({row.id}) reads its messages)"
     return f" (summary cut for space; archive_expand({row.id}) opens the rows below it)"
-
-
-def _shares(sizes: Sequence[int], budget: int) -> list[int]:
-    """Tokens each of `sizes` may use of `budget`: the smallest first, each at most an
-    equal part of what is left, so none gets more than it needs or less than its due."""
-    shares = [0] * len(sizes)
-    left = max(0, budget)
-    for done, i in enumerate(sorted(range(len(sizes)), key=lambda i: sizes[i])):
-        shares[i] = min(sizes[i], left // (len(sizes) - done))
-        left -= shares[i]
-    return shares
-
-
-def _cut(text: str, tokens: int) -> str:
-    """`text` if it fits `tokens`, else its longest start that does with "…" after it,
-    cut after a whole word where there is one (the "…" included)."""
-    if estimate_tokens(text) <= tokens:
-        return text
-    # The estimate only grows as text does: the longest fitting start, by halving.
-    low, high = 0, len(text)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if estimate_tokens(text[:middle] + ELLIPSIS) <= tokens:
-            low = middle
-        else:
-            high = middle - 1
-    start = text[:low]
-    if low < len(text) and not text[low].isspace():
-        words = start.rsplit(maxsplit=1)
-        start = words[0] if len(words) > 1 else start
-    start = start.rstrip()
-    return f"{start}{ELLIPSIS}" if start else ""
 
 
 def _span(row: ChunkView, tz: tzinfo) -> str:

@@ -5,6 +5,8 @@ every answer stays within its budget."""
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import date
 
 from sqlalchemy import update
@@ -261,3 +263,33 @@ async def test_one_very_long_message_does_not_blow_the_budget(world: World) -> N
     assert f"#{long.seq} · " in window
     assert "more characters)" in window
     assert estimate_tokens(window) <= ANSWER_TOKENS
+
+
+async def test_a_smaller_answer_budget_shrinks_every_answer_to_it(world: World) -> None:
+    recall = _recall(world)
+    chunks = await world.archive.chunks(world.ana.conversation_id)
+    row = next(c for c in chunks if c.level == 0 and c.seq_start <= 15 <= c.seq_end)
+    parent = next(c for c in chunks if c.level == 1)
+    async with world.sessions() as session:  # summaries as long as a default one
+        for child in await world.archive.children(parent.id):
+            summary = _words(f"c{child.id}w", MemoryLimits().summary_tokens)
+            await session.execute(update(Chunk).where(Chunk.id == child.id).values(summary=summary))
+        await session.commit()
+    small = replace(_ana(world), answer_tokens=300)
+
+    def answers(scope: Scope) -> list[Awaitable[str]]:
+        return [
+            recall.search(scope, MARKER),
+            recall.read(scope, row.id, around="15"),
+            recall.expand(scope, parent.id),
+        ]
+
+    wide = [await found for found in answers(_ana(world))]
+    narrow = [await found for found in answers(small)]
+
+    assert all(estimate_tokens(found) > 300 for found in wide)  # the budget shrank them
+    assert all(estimate_tokens(found) <= 300 for found in narrow)
+    searched, read, expanded = narrow
+    assert "message #" in searched
+    assert "#15 · 2026-03-01" in read  # still around the message asked for
+    assert f"archive #{parent.id}" in expanded
