@@ -63,9 +63,6 @@ class Prompt:
     # The tools of the turn, the same on every call of it; `steps` follow `turns`.
     tools: tuple[Tool, ...] = ()
     steps: tuple[ToolStep, ...] = ()
-    # False: the model must answer in text now (the tools stay declared, as the steps
-    # that used them require).
-    may_call_tools: bool = True
 
 
 # What a stream yields: reply text as it arrives, then any tool calls, each complete.
@@ -90,7 +87,7 @@ class LLMProvider(Protocol):
 
     def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
         """Yield the reply's text as it arrives, then the tool calls the model asked for
-        (only with `prompt.tools` and `may_call_tools`; a provider may offer none).
+        (only with `prompt.tools`; a provider may offer none).
 
         Raises `LLMUnavailable` once bounded retries are spent. Retries happen only
         before the first piece is yielded, so nothing is ever repeated.

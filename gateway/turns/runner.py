@@ -434,7 +434,7 @@ class TurnRunner:
         # A call that may turn to the tools holds its text back until it is clearly an
         # answer (or the reply ends in text): what a model writes before its calls is
         # a preamble, no part of the answer, and the person should not see it.
-        held: list[str] | None = [] if prompt.tools and prompt.may_call_tools else None
+        held: list[str] | None = [] if prompt.tools else None
         # Before every call: clients show that a reply is coming, and drop what an
         # earlier call of the turn streamed before it turned to the tools (a preamble
         # long enough to pass for an answer).
