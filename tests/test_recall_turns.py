@@ -15,8 +15,9 @@ import pytest
 from sqlalchemy import select
 
 from gateway.jobs.queue import EmbeddedQueue
-from gateway.turns.recall_tools import GUIDE
+from gateway.turns.recall_tools import GUIDE, TOOLS
 from gateway.turns.runner import ANSWER_CHARS, TOOL_LIMIT_NOTICE
+from gateway.turns.steps import tools_tokens
 from memory.storage.engine import session_factory
 from memory.storage.models import ChunkStatus, Message
 from memory.tokens import estimate_tokens, message_tokens
@@ -254,7 +255,9 @@ async def test_the_recall_guide_is_in_the_prompt_only_where_tools_are_offered(
         [request] = llm.requests
         assert GUIDE in _system(request)
         assert "archive_search" in json.dumps(request["tools"])
-        assert prompt_tokens > estimate_tokens(GUIDE)
+        # The prompt as sent: its messages and the tools it declares.
+        said = sum(message_tokens(str(m["content"])) for m in request["messages"])
+        assert prompt_tokens == said + tools_tokens(TOOLS)
     else:
         assert "No language model is configured" in answered.json()["reply"]["text"]
         assert prompt_tokens < estimate_tokens(GUIDE)  # persona, clock and "hello" only

@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -136,7 +136,8 @@ class _Answer:
     text: str
     role: Role = Role.ASSISTANT
     source: str | None = None
-    prompt_tokens: int | None = None  # a model's answer: its last call's prompt, estimated
+    # A model's answer: its last call's prompt, estimated (the tools it declared too).
+    prompt_tokens: int | None = None
 
 
 class TurnRunner:
@@ -372,7 +373,7 @@ class TurnRunner:
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
         # What the live messages leave is the rounds' too (less than kept only when the
         # newest message alone outgrew its share).
-        room = window - _size(prompt, []) - tools_tokens(tools)
+        room = window - _size(prompt)
         try:
             return await self._generate(state, prompt, room, trigger)
         except LLMError as exc:
@@ -424,7 +425,7 @@ class TurnRunner:
                 await self._recall.record(state.conversation_id, trigger.id, lookups)
         if not text:
             raise LLMError("the model returned an empty reply")
-        return _Answer(text, prompt_tokens=_size(asked, asked.steps))
+        return _Answer(text, prompt_tokens=_size(asked))
 
     async def _call_model(
         self, conversation_id: uuid.UUID, prompt: Prompt
@@ -516,10 +517,15 @@ class TurnRunner:
             self._waiters[conversation_id] = still_waiting
 
 
-def _size(prompt: Prompt, steps: Sequence[ToolStep]) -> int:
-    """About how many tokens a call's prompt is: system, turns and tool steps."""
+def _size(prompt: Prompt) -> int:
+    """About how many tokens a call's prompt is: system, turns, the tools it declares
+    and its tool steps."""
     texts = [prompt.system, *(turn.content for turn in prompt.turns)]
-    return sum(message_tokens(text) for text in texts) + steps_tokens(steps)
+    return (
+        sum(message_tokens(text) for text in texts)
+        + tools_tokens(prompt.tools)
+        + steps_tokens(prompt.steps)
+    )
 
 
 @contextlib.asynccontextmanager
