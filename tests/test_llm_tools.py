@@ -338,6 +338,7 @@ async def test_a_call_reports_its_usage(fake: FakeLLM, kind: Kind) -> None:
 async def test_the_offline_provider_offers_no_tools_and_still_answers() -> None:
     llm = OfflineProvider()
     pieces = [piece async for piece in llm.stream(PROMPT)]  # tools declared
+    assert not llm.offers_tools  # so a turn offers none
     after_a_step = [piece async for piece in llm.stream(_with(TWO_CALLS))]
 
     for reply in (pieces, after_a_step):

@@ -84,6 +84,9 @@ UsageSink = Callable[[Usage], None]
 
 class LLMProvider(Protocol):
     name: str
+    # Whether its model can call tools: a turn offers the recall tools, and tells of
+    # them in its system prompt, only then.
+    offers_tools: bool
 
     def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
         """Yield the reply's text as it arrives, then the tool calls the model asked for

@@ -349,6 +349,7 @@ class HTTPProvider:
     name: str
     path: str
     decoder: Callable[[], EventDecoder]
+    offers_tools = True  # both APIs stream tool calls
 
     def __init__(
         self,
