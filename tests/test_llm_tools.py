@@ -11,7 +11,7 @@ import pytest
 from gateway.errors import LLMUnavailable
 from gateway.llm import ChatTurn, LLMProvider, Piece, Prompt, Tool, ToolCall, ToolStep
 from gateway.llm.anthropic import anthropic_messages, with_steps
-from gateway.llm.base import Usage
+from gateway.llm.base import MAX_NAME_CHARS, Usage
 from gateway.llm.offline import OfflineProvider
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply, fake_llm
 from tests.support.providers import Kind, provider
@@ -130,6 +130,14 @@ async def test_invalid_arguments_arrive_verbatim(fake: FakeLLM, kind: Kind) -> N
     fake.script(CallTools([("get_weather", '{"city": "Par')], pieces=2))
 
     assert await stream_all(kind, fake) == [ToolCall("call_1_0", "get_weather", '{"city": "Par')]
+
+
+@KINDS
+async def test_a_made_up_name_of_any_length_arrives_cut(fake: FakeLLM, kind: Kind) -> None:
+    fake.script(CallTools([("archive_" + "x" * 5000, {})]))
+
+    cut = ("archive_" + "x" * 5000)[:MAX_NAME_CHARS]
+    assert await stream_all(kind, fake) == [ToolCall("call_1_0", cut, "{}")]
 
 
 @KINDS

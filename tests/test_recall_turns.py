@@ -275,7 +275,7 @@ async def test_a_made_up_tool_of_any_name_gets_a_short_error_and_the_turn_answer
 
     [error] = _tool_results(llm.requests[-1])
     assert answered.json()["reply"]["text"] == "done"
-    assert error.startswith(f"[source: archive]\nError: there is no tool '{name[:64]}…'; the tools")
+    assert error.startswith(f"[source: archive]\nError: there is no tool '{name[:64]}'; the tools")
     assert len(error) < 300
     [lookup] = lookups.json()["items"]
     assert lookup["tool"] == name[:64]

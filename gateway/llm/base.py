@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from memory.chat_turn import ChatTurn
 
 __all__ = [
+    "MAX_NAME_CHARS",
     "ChatTurn",
     "LLMProvider",
     "Piece",
@@ -23,6 +24,11 @@ __all__ = [
     "UsageSink",
     "complete",
 ]
+
+# What is kept of a tool's name as a model wrote it: a model can make one up, of any
+# length, and it is said back, stored (a column of 64) and shown again. A real tool's
+# name is far shorter.
+MAX_NAME_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +45,7 @@ class ToolCall:
     """One call the model asked for, whole (its arguments arrive in pieces)."""
 
     id: str
-    name: str
+    name: str  # at most MAX_NAME_CHARS (a longer one is cut where a reply is read)
     arguments: str  # JSON text as the model wrote it: it may not parse
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gateway.llm.base import ChatTurn, Tool, ToolCall, ToolStep
-from gateway.turns.recall_tools import MAX_NAME_CHARS
+from gateway.turns.recall_tools import MAX_ARGUMENT_CHARS
 from memory.provenance import NOTICE_SOURCE, escape_typed, label
 from memory.recall import ANSWER_TOKENS, SOURCE, answer
 from memory.tokens import estimate_tokens, message_tokens, shares, shorten
@@ -30,10 +30,9 @@ CALL_TOKENS = ANSWER_TOKENS + CALL_OVERHEAD_TOKENS
 # A turn's answers are sized so that a round of this many calls fits its room whole.
 ROUND_CALLS = 2
 MIN_ANSWER_TOKENS = 300
-# What a round keeps of the model's own words: the text before its calls (a preamble,
-# never shown to the person) and each call's arguments (the tools take a few words).
+# What a round keeps of the model's own words before its calls (a preamble, never shown
+# to the person); of each call's arguments it keeps MAX_ARGUMENT_CHARS.
 STEP_TEXT_CHARS = 1000
-ARGUMENT_CHARS = 2000
 # What a wire format adds around a tool or a call (its keys, type and id).
 WIRE_TOKENS = 24
 DROPPED = answer(
@@ -146,9 +145,7 @@ def _bounded(step: ToolStep) -> ToolStep:
 
 
 def _bounded_call(call: ToolCall) -> ToolCall:
-    return replace(
-        call, name=call.name[:MAX_NAME_CHARS], arguments=_clip(call.arguments, ARGUMENT_CHARS)
-    )
+    return replace(call, arguments=_clip(call.arguments, MAX_ARGUMENT_CHARS))
 
 
 def _clip(text: str, chars: int) -> str:
