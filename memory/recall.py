@@ -20,9 +20,9 @@ from memory.profile.profiles import Profiles
 from memory.provenance import NOT_DIALOGUE, dialogue, escape_typed, header
 from memory.storage.messages import StoredMessage
 from memory.storage.search import (
-    COUNT_LIMIT,
     ELLIPSIS,
     MAX_WORDS,
+    RANKED,
     HitKind,
     Ranked,
     Search,
@@ -71,9 +71,10 @@ class Recall:
     async def search(
         self, scope: Scope, query: str, start: date | None = None, end: date | None = None
     ) -> str:
-        """The best hits for every word of `query` (else, saying so, for some of them),
-        messages and transcripts of the dialogue however old, between the days `start`
-        and `end` (both included, in the person's time zone)."""
+        """The best hits for every word of `query` (else, saying so, for some of them,
+        not those said in most messages), messages and transcripts of the dialogue
+        however old, between the days `start` and `end` (both included, in the
+        person's time zone)."""
         if not search_words(query):
             return answer("Nothing to search for: give a few words that were said.")
         tz = zone(scope.timezone)
@@ -82,18 +83,22 @@ class Recall:
         found, loose = await self._found(scope, query, since, until)
         shown = query.strip()[:200]
         hits = _best(found)
+        common = _common(found.common)
         if not hits:
-            nor = ", nor any of its words" if loose else ""
+            nor = f", nor any of its words{common}" if loose else ""
             return answer(f"No message or transcript has all of: {shown}{nor}.")
         placed = await self._reads.placed(
             scope.conversation_id, [h.seq for h in hits if h.seq is not None]
         )
         lines = [
-            f"The {len(hits)} best of {_count(found.message_count)} messages and "
-            f"{_count(found.chunk_count)} archived transcripts that match, best first:"
+            f"The {len(hits)} best of {_count(found.message_count, HitKind.MESSAGE)} messages "
+            f"and {_count(found.chunk_count, HitKind.CHUNK)} archived transcripts that match, "
+            "best first:"
         ]
         if loose:
-            lines.insert(0, f"No message or transcript has all of: {shown}. Some of its words:")
+            lines.insert(
+                0, f"No message or transcript has all of: {shown}. Some of its words{common}:"
+            )
         for hit in hits:
             when = f"{hit.time.astimezone(tz):%Y-%m-%d %H:%M}"
             if hit.kind is HitKind.CHUNK:
@@ -211,8 +216,16 @@ def _best(found: Ranked) -> list[SearchHit]:
     return picked
 
 
-def _count(found: int) -> str:
-    return f"at least {found}" if found >= COUNT_LIMIT else str(found)
+def _count(found: int, kind: HitKind) -> str:
+    return f"at least {found}" if found >= RANKED[kind] else str(found)
+
+
+def _common(words: Sequence[str]) -> str:
+    """What an any-word search left out, as its answer says it."""
+    if not words:
+        return ""
+    said = "it is" if len(words) == 1 else "they are"
+    return f" (not searched for alone: {' '.join(words)}; {said} said in most messages)"
 
 
 def _message_hit(hit: SearchHit, message: StoredMessage, chunk: int | None) -> str:

@@ -1,6 +1,6 @@
 """The archive_search benchmark at a small size, on each backend: the conversation it
 builds answers its questions as the bench says (the words planted where it says, the
-fallback reached), and the report names the machine and command."""
+common word left out of the fallback), and the report names the machine and command."""
 
 from __future__ import annotations
 
@@ -23,10 +23,8 @@ async def test_the_bench_asks_what_it_says_and_reports_both_ways(database_url: s
         assert queries["all words"]["answer_first_line"].startswith("The 8 best of 12 messages")
         assert queries["rare word"]["answer_hits"] == RARE_COUNT
         fallback = queries["common-word fallback"]
-        assert fallback["rest_hits"] == 0  # no message has both words
-        assert fallback["answer_first_line"].startswith(
-            "No message or transcript has all of: the qxneversaid"
-        )
+        assert fallback["answer_hits"] == fallback["rest_hits"] == 0
+        assert "not searched for alone: the" in fallback["answer_first_line"]
         assert queries["common word alone"]["rest_hits"] == 21  # a full REST page
         for query in queries.values():
             timings = query["timings"]

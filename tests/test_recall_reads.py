@@ -17,7 +17,7 @@ from memory.provenance import COMMAND_SOURCE, NOTICE_SOURCE
 from memory.recall import ANSWER_TOKENS, SOURCE, Recall, Scope
 from memory.storage.messages import NewMessage
 from memory.storage.models import Chunk, Role
-from memory.storage.search import HitKind
+from memory.storage.search import COMMON_SAMPLE, HitKind
 from memory.tokens import estimate_tokens
 from memory.zones import zone
 from tests.support.world import FILLER, MARKER, OTHER, World
@@ -77,6 +77,33 @@ async def test_a_search_with_no_hit_for_every_word_shows_hits_for_some(world: Wo
     assert f"{MARKER} number" in some
     assert none.endswith(
         "No message or transcript has all of: qxneversaid qxnorthis, nor any of its words."
+    )
+
+
+async def test_the_fallback_leaves_out_a_word_said_in_most_messages_and_says_so(
+    world: World,
+) -> None:
+    conversation, bo = world.bo.conversation_id, world.bo.identity_id
+    for n in range(COMMON_SAMPLE):
+        await world.say(conversation, bo, "discord", f"qxeveryday chat {n}", reply=None)
+    rare = await world.say(conversation, bo, "discord", "qxrareone at last", reply=None)
+    recall = _recall(world)
+
+    some = await recall.search(_bo(world), "qxeveryday qxrareone")
+    none = await recall.search(_bo(world), "qxeveryday qxneversaid")
+    alone = await recall.search(_bo(world), "qxeveryday")
+
+    left_out = "(not searched for alone: qxeveryday; it is said in most messages)"
+    assert some.splitlines()[1] == (
+        f"No message or transcript has all of: qxeveryday qxrareone. Some of its words {left_out}:"
+    )
+    assert [line for line in some.splitlines() if line.startswith("- ")] == [
+        next(line for line in some.splitlines() if f"message #{rare.seq} " in line)
+    ]
+    assert none.endswith(f"nor any of its words {left_out}.")
+    # Asked for alone, it is searched for, and every message that has it counted.
+    assert alone.splitlines()[1] == (
+        f"The 8 best of {COMMON_SAMPLE} messages and 0 archived transcripts that match, best first:"
     )
 
 

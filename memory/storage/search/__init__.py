@@ -12,7 +12,8 @@ typed reaches the database as an operator.
 
 `Search.search` pages through every hit newest first (the REST API); `Search.best`
 finds the most relevant hits by the index's own score (FTS5 bm25, Postgres
-ts_rank_cd), however old (the model's recall).
+ts_rank_cd), however old, among the newest `RANKED` matches of each kind (the model's
+recall).
 
 Modules: `_hits` (words, what is searched, a hit), `_index` (the two databases'
 indexes), `_search` (the paged search and the `Search` front), `_ranked` (the ranked one).
@@ -33,17 +34,18 @@ from memory.storage.search._hits import (
     is_search_object,
     search_words,
 )
-from memory.storage.search._ranked import COUNT_LIMIT, LeftOut, Ranked
+from memory.storage.search._ranked import COMMON_SAMPLE, RANKED, LeftOut, Ranked
 from memory.storage.search._search import Search
 
 __all__ = [
     "CHUNKS_FTS",
-    "COUNT_LIMIT",
+    "COMMON_SAMPLE",
     "ELLIPSIS",
     "MARK_END",
     "MARK_START",
     "MAX_WORDS",
     "MESSAGES_FTS",
+    "RANKED",
     "SEARCH_INDEXES",
     "SNIPPET_TOKENS",
     "HitKind",

@@ -40,6 +40,10 @@ from memory.storage.search._hits import (
 
 
 class Index(Protocol):
+    async def prepare(self, session: AsyncSession) -> None:
+        """Set up `session`'s transaction for the searches that follow in it."""
+        ...
+
     def matches(
         self, source: Source, words: Sequence[str], *, any_word: bool = False
     ) -> ColumnElement[bool]:
@@ -48,9 +52,10 @@ class Index(Protocol):
 
     def scored(
         self, source: Source, words: Sequence[str], *, any_word: bool
-    ) -> tuple[tuple[FromClause, ColumnElement[bool]], ColumnElement[float]]:
-        """What to select matching rows of `source` from and the condition they meet,
-        and the index's score of a row there, higher for a better match."""
+    ) -> tuple[FromClause, list[ColumnElement[bool]], ColumnElement[float]]:
+        """How to score rows of `source` already known to match: what to select them
+        from, what the score needs of them there, and the index's score, higher for a
+        better match."""
         ...
 
     async def details(
@@ -61,8 +66,10 @@ class Index(Protocol):
         ids: list[int],
         *,
         any_word: bool = False,
+        ranked: bool = True,
     ) -> dict[int, tuple[str, float]]:
-        """Snippet and rank of each of these rows (ids that match)."""
+        """Snippet and rank of each of these rows (ids that match); without `ranked`,
+        the rank is 0 (the caller has its own)."""
         ...
 
 
@@ -74,6 +81,9 @@ class FTS5:
     """SQLite: each word becomes an FTS5 string (a phrase of its tokens, tokenised like
     the text was), and the strings are ANDed (or ORed), so no operator or syntax error
     can come from what was typed."""
+
+    async def prepare(self, session: AsyncSession) -> None:
+        return None
 
     @staticmethod
     def _match(words: Sequence[str], any_word: bool = False) -> str:
@@ -93,13 +103,14 @@ class FTS5:
 
     def scored(
         self, source: Source, words: Sequence[str], *, any_word: bool
-    ) -> tuple[tuple[FromClause, ColumnElement[bool]], ColumnElement[float]]:
-        # bm25 is an FTS5 function: the FTS table is read, joined to its rows.
+    ) -> tuple[FromClause, list[ColumnElement[bool]], ColumnElement[float]]:
+        # bm25 is an FTS5 function: the FTS table is read, joined to its rows, and the
+        # match is what it scores.
         fts = table(source.fts, column("rowid"))
         joined = fts.join(source.table, source.id == fts.c.rowid)
         match = literal_column(source.fts).op("MATCH")(literal(self._match(words, any_word)))
         # bm25 is lower for a better match.
-        return (joined, match), -func.bm25(literal_column(source.fts))
+        return joined, [match], -func.bm25(literal_column(source.fts))
 
     async def details(
         self,
@@ -109,12 +120,14 @@ class FTS5:
         ids: list[int],
         *,
         any_word: bool = False,
+        ranked: bool = True,
     ) -> dict[int, tuple[str, float]]:
         if not ids:
             return {}
         fts = source.fts
+        rank = f"bm25({fts})" if ranked else "0.0"
         query = text(
-            f"SELECT rowid, snippet({fts}, 0, :start, :end, :ellipsis, :tokens), bm25({fts}) "
+            f"SELECT rowid, snippet({fts}, 0, :start, :end, :ellipsis, :tokens), {rank} "
             f"FROM {fts} WHERE {fts} MATCH :match AND rowid IN :ids"
         ).bindparams(bindparam("ids", expanding=True))
         rows = await session.execute(
@@ -143,7 +156,18 @@ _HEADLINE = (
 
 class TsVector:
     """Postgres: each word becomes a quoted phrase for `websearch_to_tsquery`, which
-    never raises on its input; the phrases are ANDed (or ORed), like on SQLite."""
+    never raises on its input; the phrases are ANDed (or ORed), like on SQLite.
+
+    The planner costs `to_tsvector` of any text like a comparison. A transcript is tens
+    of kilobytes, and the chunks table small (a conversation has a few hundred), so it
+    would rather compute every transcript's vector (milliseconds each) than read the
+    GIN index (microseconds, exact for plain words): the match of a transcript is
+    fenced as a query of its own over the index's expression alone, and a search's
+    transaction takes no sequential scans, which leaves the index the way there.
+    """
+
+    async def prepare(self, session: AsyncSession) -> None:
+        await session.execute(text("SET LOCAL enable_seqscan = off"))
 
     @staticmethod
     def _query(words: Sequence[str], any_word: bool = False) -> ColumnElement[Any]:
@@ -154,16 +178,22 @@ class TsVector:
     def matches(
         self, source: Source, words: Sequence[str], *, any_word: bool = False
     ) -> ColumnElement[bool]:
-        return func.to_tsvector(_SIMPLE, source.text).op("@@")(self._query(words, any_word))
+        query = self._query(words, any_word)
+        if source.kind is HitKind.MESSAGE:
+            return func.to_tsvector(_SIMPLE, source.text).op("@@")(query)
+        inner = source.table.alias(f"{source.kind.value}_found")
+        vector = func.to_tsvector(_SIMPLE, inner.c[source.text.key])
+        # OFFSET 0: planned apart, not merged into the query around it.
+        fenced = select(inner.c[source.id.key]).where(vector.op("@@")(query)).offset(0)
+        return source.id.in_(fenced)
 
     def scored(
         self, source: Source, words: Sequence[str], *, any_word: bool
-    ) -> tuple[tuple[FromClause, ColumnElement[bool]], ColumnElement[float]]:
-        # The rows are found through the GIN index over the same expression; the score
-        # weighs how often and how close together the words occur.
+    ) -> tuple[FromClause, list[ColumnElement[bool]], ColumnElement[float]]:
+        # The score weighs how often and how close together the words occur; it reads
+        # each row's vector anew, so only rows known to match are scored.
         vector = func.to_tsvector(_SIMPLE, source.text)
-        query = self._query(words, any_word)
-        return (source.table, vector.op("@@")(query)), func.ts_rank_cd(vector, query)
+        return source.table, [], func.ts_rank_cd(vector, self._query(words, any_word))
 
     async def details(
         self,
@@ -173,15 +203,16 @@ class TsVector:
         ids: list[int],
         *,
         any_word: bool = False,
+        ranked: bool = True,
     ) -> dict[int, tuple[str, float]]:
         if not ids:
             return {}
         query = self._query(words, any_word)
+        vector = func.to_tsvector(_SIMPLE, source.text)
+        rank: ColumnElement[Any] = func.ts_rank(vector, query) if ranked else literal(0.0)
         rows = await session.execute(
             select(
-                source.id,
-                func.ts_headline(_SIMPLE, source.text, query, literal(_HEADLINE)),
-                func.ts_rank(func.to_tsvector(_SIMPLE, source.text), query),
+                source.id, func.ts_headline(_SIMPLE, source.text, query, literal(_HEADLINE)), rank
             ).where(source.id.in_(ids))
         )
         return {row_id: (snippet, float(rank)) for row_id, snippet, rank in rows}
@@ -206,6 +237,7 @@ async def read_hits(
             words,
             [r.row_id for r in rows if r.kind == source.kind],
             any_word=any_word,
+            ranked=not scored,
         )
         for source in SOURCES
     }

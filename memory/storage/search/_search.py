@@ -60,6 +60,7 @@ class Search:
             return []
         async with self._sessions() as session:
             index = index_for(session)
+            await index.prepare(session)
             page = _page(index, conversation_id, words, limit, start, end, after)
             rows = (await session.execute(page)).all()
             return await read_hits(session, index, words, rows)
@@ -77,15 +78,18 @@ class Search:
     ) -> Ranked:
         """The `limit` most relevant messages and the `limit` most relevant level-0
         transcripts of one conversation with every word of `query` (`any_word`: with
-        any), as `search` finds them, whatever their age; the newer first of equals.
+        any but those said in most messages), as `search` finds them, whatever their
+        age, of the newest `RANKED` matches of each kind; the newer first of equals.
         Without the messages `left_out` names."""
         words = checked_words(query, limit, start, end)
         if not words:
             return Ranked([], [], 0, 0)
         async with self._sessions() as session:
+            index = index_for(session)
+            await index.prepare(session)
             return await best_hits(
                 session,
-                index_for(session),
+                index,
                 conversation_id,
                 words,
                 limit=limit,
@@ -103,6 +107,7 @@ class Search:
             return []
         async with self._sessions() as session:
             index = index_for(session)
+            await index.prepare(session)
             said = select(
                 Message.conversation_id.label("id"), Message.created_at.label("at")
             ).where(index.matches(MESSAGES, words))
