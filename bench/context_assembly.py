@@ -465,6 +465,7 @@ class CapturingLLM:
     """Records the prompt `TurnRunner._model` would send, and answers at once."""
 
     name = "capture"
+    offers_tools = True  # as the real model it stands in for; it never calls one
 
     def __init__(self) -> None:
         self.prompts: list[Prompt] = []

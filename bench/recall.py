@@ -548,7 +548,7 @@ class ScriptedModel:
         if question is None:
             return Reply("Noted.")
         results = [str(m.get("content", "")) for m in messages if m.get("role") == "tool"]
-        if body.get("tools") and body.get("tool_choice") != "none" and not results:
+        if body.get("tools") and not results:
             return CallTools([("archive_search", {"query": " ".join(question.topic)})])
         return Reply(_read(question, _shown(messages) + _hits(results)))
 

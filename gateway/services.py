@@ -33,7 +33,6 @@ from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memo
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
 from gateway.llm.base import Usage
-from gateway.llm.offline import OfflineProvider
 from gateway.metrics import Metrics
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
@@ -150,9 +149,9 @@ class Services:
             limits=TurnLimits(
                 settings.llm_context_tokens,
                 settings.llm_max_reply_tokens,
-                # The offline provider calls no tools: its turns are neither offered
-                # them nor told of them.
-                0 if isinstance(llm, OfflineProvider) else settings.llm_max_tool_calls,
+                # A provider whose model calls no tools (offline): its turns are
+                # neither offered them nor told of them.
+                settings.llm_max_tool_calls if llm.offers_tools else 0,
             ),
             outbox=outbox,
             leases=ConversationLeases(

@@ -23,17 +23,17 @@ _LOOKS_LIKE_HEADER = re.compile(
 
 NOTICE_SOURCE = "gateway notice"
 COMMAND_SOURCE = "gateway command"
+# What the gateway says to the person (notices, command answers): not dialogue.
+GATEWAY_SOURCES = frozenset({NOTICE_SOURCE, COMMAND_SOURCE})
 
 
 # What `dialogue` leaves out, as a search leaves it out.
-NOT_DIALOGUE = LeftOut(
-    sources=frozenset({NOTICE_SOURCE, COMMAND_SOURCE}), answered_by=frozenset({COMMAND_SOURCE})
-)
+NOT_DIALOGUE = LeftOut(sources=GATEWAY_SOURCES, answered_by=frozenset({COMMAND_SOURCE}))
 
 
 def from_gateway(source: str | None) -> bool:
     """Said by the gateway to the person (notices, command answers), not dialogue."""
-    return source in (NOTICE_SOURCE, COMMAND_SOURCE)
+    return source in GATEWAY_SOURCES
 
 
 def dialogue(messages: Sequence[StoredMessage]) -> list[StoredMessage]:

@@ -20,20 +20,21 @@ from memory.profile.profiles import Profiles
 from memory.provenance import NOT_DIALOGUE, dialogue, escape_typed, header
 from memory.storage.messages import StoredMessage
 from memory.storage.search import (
-    COUNT_LIMIT,
     ELLIPSIS,
     MAX_WORDS,
+    RANKED,
     HitKind,
     Ranked,
     Search,
     SearchHit,
     search_words,
 )
-from memory.tokens import estimate_tokens
+from memory.tokens import estimate_tokens, shares, shorten
 from memory.zones import zone
 
 SOURCE = header("source", "archive")
 # What one answer may cost the prompt; a turn makes a few (PARLEY_LLM_MAX_TOOL_CALLS).
+# A turn on a small model asks for less (`Scope.answer_tokens`).
 ANSWER_TOKENS = 1200
 SEARCH_HITS = 8
 # Of each kind, the best this many are read: transcripts that only repeat a message hit
@@ -42,8 +43,10 @@ SEARCH_CANDIDATES = 2 * SEARCH_HITS
 RETIRED_FACTS = 20
 # A message hit up to this long is shown whole rather than as a snippet.
 WHOLE_MESSAGE_CHARS = 400
-# A message read longer than this is cut (the answer's budget is about 4 characters a token).
+# A message read longer than this is cut (the answer's budget is about 4 characters a
+# token), or than fits a smaller answer with its heading and the read's intro.
 BLOCK_CHARS = 3000
+BLOCK_OVERHEAD_TOKENS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,9 @@ class Scope:
     conversation_id: uuid.UUID
     user_id: uuid.UUID | None
     timezone: str
+    # What one answer may cost the prompt: less than ANSWER_TOKENS where the turn's
+    # tool rounds have less room.
+    answer_tokens: int = ANSWER_TOKENS
 
 
 class Recall:
@@ -65,9 +71,10 @@ class Recall:
     async def search(
         self, scope: Scope, query: str, start: date | None = None, end: date | None = None
     ) -> str:
-        """The best hits for every word of `query` (else, saying so, for some of them),
-        messages and transcripts of the dialogue however old, between the days `start`
-        and `end` (both included, in the person's time zone)."""
+        """The best hits for every word of `query` (else, saying so, for some of them,
+        not those said in most messages), messages and transcripts of the dialogue
+        however old, between the days `start` and `end` (both included, in the
+        person's time zone)."""
         if not search_words(query):
             return answer("Nothing to search for: give a few words that were said.")
         tz = zone(scope.timezone)
@@ -76,18 +83,22 @@ class Recall:
         found, loose = await self._found(scope, query, since, until)
         shown = query.strip()[:200]
         hits = _best(found)
+        common = _common(found.common)
         if not hits:
-            nor = ", nor any of its words" if loose else ""
+            nor = f", nor any of its words{common}" if loose else ""
             return answer(f"No message or transcript has all of: {shown}{nor}.")
         placed = await self._reads.placed(
             scope.conversation_id, [h.seq for h in hits if h.seq is not None]
         )
         lines = [
-            f"The {len(hits)} best of {_count(found.message_count)} messages and "
-            f"{_count(found.chunk_count)} archived transcripts that match, best first:"
+            f"The {len(hits)} best of {_count(found.message_count, HitKind.MESSAGE)} messages "
+            f"and {_count(found.chunk_count, HitKind.CHUNK)} archived transcripts that match, "
+            "best first:"
         ]
         if loose:
-            lines.insert(0, f"No message or transcript has all of: {shown}. Some of its words:")
+            lines.insert(
+                0, f"No message or transcript has all of: {shown}. Some of its words{common}:"
+            )
         for hit in hits:
             when = f"{hit.time.astimezone(tz):%Y-%m-%d %H:%M}"
             if hit.kind is HitKind.CHUNK:
@@ -98,7 +109,7 @@ class Recall:
             elif hit.seq in placed:  # else deleted since the search
                 lines.append(f"- {when} · {_message_hit(hit, *placed[hit.seq])}")
         lines.append("Read around a hit with archive_read(chunk_id, around=<message number>).")
-        return answer(_fit(lines, separator="\n"))
+        return answer(_fit(lines, scope.answer_tokens, separator="\n"))
 
     async def _found(
         self, scope: Scope, query: str, since: datetime | None, until: datetime | None
@@ -135,7 +146,7 @@ class Recall:
             f"archive #{row_id} (level {row.level}, {_span(row, tz)}) summarises "
             f"{len(children)} rows:"
         )
-        return answer(_children(intro, children, tz))
+        return answer(_children(intro, children, tz, scope.answer_tokens))
 
     async def read(self, scope: Scope, chunk_id: int, around: str | None = None) -> str:
         """A window of a level-0 row's messages as they were written: from the start, or
@@ -152,9 +163,12 @@ class Recall:
         if not messages:
             return answer(f"archive #{chunk_id} holds no dialogue.")
         tz = zone(scope.timezone)
-        blocks = [_block(m, tz) for m in messages]
+        chars = min(BLOCK_CHARS, 4 * max(100, scope.answer_tokens - BLOCK_OVERHEAD_TOKENS))
+        blocks = [_block(m, tz, chars) for m in messages]
         centre = _centre(messages, around)
-        first, last = _window([estimate_tokens(b) for b in blocks], centre, ANSWER_TOKENS - 100)
+        first, last = _window(
+            [estimate_tokens(b) for b in blocks], centre, scope.answer_tokens - 100
+        )
         shown = messages[first : last + 1]
         intro = (
             f"archive #{chunk_id}, {_span(row, tz)}, messages #{messages[0].seq}–#{messages[-1].seq}; "
@@ -178,7 +192,8 @@ class Recall:
             f"- retired {f.retired_at.astimezone(tz):%Y-%m-%d} ({_one_line(f.reason)}): {f.text}"
             for f in reversed(matching[-RETIRED_FACTS:])
         ]
-        return answer(_fit([f"{len(matching)} retired facts match, newest first:", *lines]))
+        head = f"{len(matching)} retired facts match, newest first:"
+        return answer(_fit([head, *lines], scope.answer_tokens))
 
     async def _row(self, scope: Scope, row_id: int) -> ChunkView | None:
         row = await self._reads.chunk(row_id)
@@ -201,8 +216,16 @@ def _best(found: Ranked) -> list[SearchHit]:
     return picked
 
 
-def _count(found: int) -> str:
-    return f"at least {found}" if found >= COUNT_LIMIT else str(found)
+def _count(found: int, kind: HitKind) -> str:
+    return f"at least {found}" if found >= RANKED[kind] else str(found)
+
+
+def _common(words: Sequence[str]) -> str:
+    """What an any-word search left out, as its answer says it."""
+    if not words:
+        return ""
+    said = "it is" if len(words) == 1 else "they are"
+    return f" (not searched for alone: {' '.join(words)}; {said} said in most messages)"
 
 
 def _message_hit(hit: SearchHit, message: StoredMessage, chunk: int | None) -> str:
@@ -212,12 +235,12 @@ def _message_hit(hit: SearchHit, message: StoredMessage, chunk: int | None) -> s
     return f"message #{message.seq} ({where}, {speaker(message)}): {escape_typed(_one_line(words))}"
 
 
-def _block(message: StoredMessage, tz: tzinfo) -> str:
+def _block(message: StoredMessage, tz: tzinfo, chars: int) -> str:
     when = message.sent_at.astimezone(tz)
     head = f"#{message.seq} · {when:%Y-%m-%d %H:%M} · {message.channel} · {speaker(message)}"
     text = message.text
-    if len(text) > BLOCK_CHARS:  # one long message must not blow the answer's budget
-        text = f"{text[:BLOCK_CHARS]}… ({len(text) - BLOCK_CHARS} more characters)"
+    if len(text) > chars:  # one long message must not blow the answer's budget
+        text = f"{text[:chars]}… ({len(text) - chars} more characters)"
     return f"{head}\n{escape_typed(text)}"
 
 
@@ -253,14 +276,14 @@ def _window(sizes: Sequence[int], centre: int | None, budget: int) -> tuple[int,
             return first, last
 
 
-def _fit(blocks: Iterable[str], separator: str = "\n\n") -> str:
+def _fit(blocks: Iterable[str], budget: int, separator: str = "\n\n") -> str:
     """Blocks in order until the answer's budget is spent; says how many were left out."""
     kept: list[str] = []
     used = 0
     items = list(blocks)
     for block in items:
         size = estimate_tokens(block)
-        if kept and used + size > ANSWER_TOKENS - 50:
+        if kept and used + size > budget - 50:
             kept.append(f"({len(items) - len(kept)} more left out for space.)")
             break
         kept.append(block)
@@ -268,7 +291,7 @@ def _fit(blocks: Iterable[str], separator: str = "\n\n") -> str:
     return separator.join(kept)
 
 
-def _children(intro: str, children: Sequence[ChunkView], tz: tzinfo) -> str:
+def _children(intro: str, children: Sequence[ChunkView], tz: tzinfo, budget: int) -> str:
     """Every child's heading (id, level, days, messages), each with as much of its
     summary as a fair share of the answer's budget holds: a short summary leaves its
     unused share to the longer ones, and one cut says so and where to read on."""
@@ -285,10 +308,10 @@ def _children(intro: str, children: Sequence[ChunkView], tz: tzinfo) -> str:
         estimate_tokens(f"{head}\n\n\n") + estimate_tokens(note)
         for head, note in zip(heads, notes, strict=True)
     )
-    shares = _shares([estimate_tokens(t) for t in texts], ANSWER_TOKENS - 50 - fixed)
+    given = shares([estimate_tokens(t) for t in texts], budget - 50 - fixed)
     blocks = [intro]
-    for head, text, note, share in zip(heads, texts, notes, shares, strict=True):
-        shown = _cut(text, share)
+    for head, text, note, share in zip(heads, texts, notes, given, strict=True):
+        shown = shorten(text, share, ELLIPSIS)
         if shown != text:
             shown = f"{shown}{note}".strip()
         blocks.append(f"{head}\n{shown}")
@@ -299,38 +322,6 @@ def _read_on(row: ChunkView) -> str:
     if row.level == 0:
         return f" (summary cut for space; archive_read({row.id}) reads its messages)"
     return f" (summary cut for space; archive_expand({row.id}) opens the rows below it)"
-
-
-def _shares(sizes: Sequence[int], budget: int) -> list[int]:
-    """Tokens each of `sizes` may use of `budget`: the smallest first, each at most an
-    equal part of what is left, so none gets more than it needs or less than its due."""
-    shares = [0] * len(sizes)
-    left = max(0, budget)
-    for done, i in enumerate(sorted(range(len(sizes)), key=lambda i: sizes[i])):
-        shares[i] = min(sizes[i], left // (len(sizes) - done))
-        left -= shares[i]
-    return shares
-
-
-def _cut(text: str, tokens: int) -> str:
-    """`text` if it fits `tokens`, else its longest start that does with "…" after it,
-    cut after a whole word where there is one (the "…" included)."""
-    if estimate_tokens(text) <= tokens:
-        return text
-    # The estimate only grows as text does: the longest fitting start, by halving.
-    low, high = 0, len(text)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if estimate_tokens(text[:middle] + ELLIPSIS) <= tokens:
-            low = middle
-        else:
-            high = middle - 1
-    start = text[:low]
-    if low < len(text) and not text[low].isspace():
-        words = start.rsplit(maxsplit=1)
-        start = words[0] if len(words) > 1 else start
-    start = start.rstrip()
-    return f"{start}{ELLIPSIS}" if start else ""
 
 
 def _span(row: ChunkView, tz: tzinfo) -> str:

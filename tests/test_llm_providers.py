@@ -291,7 +291,10 @@ async def test_build_provider_follows_the_settings(fake: FakeLLM) -> None:
     finally:
         await llm.aclose()
     assert fake.requests[0]["model"] == "configured"
-    assert isinstance(build_provider(Settings(_env_file=None)), OfflineProvider)
+    assert llm.offers_tools
+    offline = build_provider(Settings(_env_file=None))
+    assert isinstance(offline, OfflineProvider)
+    assert not offline.offers_tools
 
 
 async def test_offline_provider_is_honest_and_offline(monkeypatch: pytest.MonkeyPatch) -> None:

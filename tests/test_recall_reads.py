@@ -5,6 +5,8 @@ every answer stays within its budget."""
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import date
 
 from sqlalchemy import update
@@ -15,7 +17,7 @@ from memory.provenance import COMMAND_SOURCE, NOTICE_SOURCE
 from memory.recall import ANSWER_TOKENS, SOURCE, Recall, Scope
 from memory.storage.messages import NewMessage
 from memory.storage.models import Chunk, Role
-from memory.storage.search import HitKind
+from memory.storage.search import COMMON_SAMPLE, HitKind
 from memory.tokens import estimate_tokens
 from memory.zones import zone
 from tests.support.world import FILLER, MARKER, OTHER, World
@@ -75,6 +77,33 @@ async def test_a_search_with_no_hit_for_every_word_shows_hits_for_some(world: Wo
     assert f"{MARKER} number" in some
     assert none.endswith(
         "No message or transcript has all of: qxneversaid qxnorthis, nor any of its words."
+    )
+
+
+async def test_the_fallback_leaves_out_a_word_said_in_most_messages_and_says_so(
+    world: World,
+) -> None:
+    conversation, bo = world.bo.conversation_id, world.bo.identity_id
+    for n in range(COMMON_SAMPLE):
+        await world.say(conversation, bo, "discord", f"qxeveryday chat {n}", reply=None)
+    rare = await world.say(conversation, bo, "discord", "qxrareone at last", reply=None)
+    recall = _recall(world)
+
+    some = await recall.search(_bo(world), "qxeveryday qxrareone")
+    none = await recall.search(_bo(world), "qxeveryday qxneversaid")
+    alone = await recall.search(_bo(world), "qxeveryday")
+
+    left_out = "(not searched for alone: qxeveryday; it is said in most messages)"
+    assert some.splitlines()[1] == (
+        f"No message or transcript has all of: qxeveryday qxrareone. Some of its words {left_out}:"
+    )
+    assert [line for line in some.splitlines() if line.startswith("- ")] == [
+        next(line for line in some.splitlines() if f"message #{rare.seq} " in line)
+    ]
+    assert none.endswith(f"nor any of its words {left_out}.")
+    # Asked for alone, it is searched for, and every message that has it counted.
+    assert alone.splitlines()[1] == (
+        f"The 8 best of {COMMON_SAMPLE} messages and 0 archived transcripts that match, best first:"
     )
 
 
@@ -261,3 +290,33 @@ async def test_one_very_long_message_does_not_blow_the_budget(world: World) -> N
     assert f"#{long.seq} · " in window
     assert "more characters)" in window
     assert estimate_tokens(window) <= ANSWER_TOKENS
+
+
+async def test_a_smaller_answer_budget_shrinks_every_answer_to_it(world: World) -> None:
+    recall = _recall(world)
+    chunks = await world.archive.chunks(world.ana.conversation_id)
+    row = next(c for c in chunks if c.level == 0 and c.seq_start <= 15 <= c.seq_end)
+    parent = next(c for c in chunks if c.level == 1)
+    async with world.sessions() as session:  # summaries as long as a default one
+        for child in await world.archive.children(parent.id):
+            summary = _words(f"c{child.id}w", MemoryLimits().summary_tokens)
+            await session.execute(update(Chunk).where(Chunk.id == child.id).values(summary=summary))
+        await session.commit()
+    small = replace(_ana(world), answer_tokens=300)
+
+    def answers(scope: Scope) -> list[Awaitable[str]]:
+        return [
+            recall.search(scope, MARKER),
+            recall.read(scope, row.id, around="15"),
+            recall.expand(scope, parent.id),
+        ]
+
+    wide = [await found for found in answers(_ana(world))]
+    narrow = [await found for found in answers(small)]
+
+    assert all(estimate_tokens(found) > 300 for found in wide)  # the budget shrank them
+    assert all(estimate_tokens(found) <= 300 for found in narrow)
+    searched, read, expanded = narrow
+    assert "message #" in searched
+    assert "#15 · 2026-03-01" in read  # still around the message asked for
+    assert f"archive #{parent.id}" in expanded

@@ -5,7 +5,6 @@ model that never stops calling tools is stopped; web chat streams only the answe
 
 from __future__ import annotations
 
-import itertools
 import json
 import uuid
 from collections.abc import Callable
@@ -16,8 +15,9 @@ import pytest
 from sqlalchemy import select
 
 from gateway.jobs.queue import EmbeddedQueue
-from gateway.turns.recall_tools import GUIDE
+from gateway.turns.recall_tools import GUIDE, TOOLS
 from gateway.turns.runner import ANSWER_CHARS, TOOL_LIMIT_NOTICE
+from gateway.turns.steps import tools_tokens
 from memory.storage.engine import session_factory
 from memory.storage.models import ChunkStatus, Message
 from memory.tokens import estimate_tokens, message_tokens
@@ -187,7 +187,7 @@ async def test_a_model_that_keeps_calling_tools_is_stopped_and_still_answers(
     def model(body: dict[str, Any], number: int) -> Behaviour | None:
         if not _is_turn(body):
             return None
-        if "tools" in body:  # whatever tool_choice says
+        if "tools" in body:
             return CallTools(
                 [("archive_search", {"query": f"try {number}"}), ("archive_expand", {"row_id": 1})]
             )
@@ -213,7 +213,6 @@ async def test_a_model_that_keeps_calling_tools_is_stopped_and_still_answers(
     assert len(calls) == 4
     assert ["tools" in c for c in calls] == [True, True, True, False]
     last = calls[-1]
-    assert "tool_choice" not in last
     assert _tool_results(last) == []  # no tool messages or blocks: text only
     assert not any("tool_calls" in m for m in last["messages"])
     written = json.dumps([m for m in last["messages"] if m["role"] != "system"])
@@ -256,7 +255,9 @@ async def test_the_recall_guide_is_in_the_prompt_only_where_tools_are_offered(
         [request] = llm.requests
         assert GUIDE in _system(request)
         assert "archive_search" in json.dumps(request["tools"])
-        assert prompt_tokens > estimate_tokens(GUIDE)
+        # The prompt as sent: its messages and the tools it declares.
+        said = sum(message_tokens(str(m["content"])) for m in request["messages"])
+        assert prompt_tokens == said + tools_tokens(TOOLS)
     else:
         assert "No language model is configured" in answered.json()["reply"]["text"]
         assert prompt_tokens < estimate_tokens(GUIDE)  # persona, clock and "hello" only
@@ -274,7 +275,7 @@ async def test_a_made_up_tool_of_any_name_gets_a_short_error_and_the_turn_answer
 
     [error] = _tool_results(llm.requests[-1])
     assert answered.json()["reply"]["text"] == "done"
-    assert error.startswith(f"[source: archive]\nError: there is no tool '{name[:64]}…'; the tools")
+    assert error.startswith(f"[source: archive]\nError: there is no tool '{name[:64]}'; the tools")
     assert len(error) < 300
     [lookup] = lookups.json()["items"]
     assert lookup["tool"] == name[:64]
@@ -367,44 +368,64 @@ async def test_a_long_text_before_a_tool_call_is_withdrawn(
     assert frames[-1]["text"] == ANSWER
 
 
+# What a model that writes long summaries makes of a chunk: about 900 tokens, so four
+# rows are more than an 8k model's timeline holds.
+LONG_SUMMARY = " ".join(f"s{k} long summary words" for k in range(160))
+
+
+def _is_summary(body: dict[str, Any]) -> bool:
+    return _system(body).startswith("You keep the archive")
+
+
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-async def test_on_a_small_model_no_call_of_a_tool_using_turn_outgrows_its_window(
+async def test_on_a_small_model_with_a_full_timeline_every_call_gets_its_newest_results(
     database_url: str, tmp_path: Path, llm: FakeLLM, kind: Kind
 ) -> None:
     settings = _settings(database_url, tmp_path, llm, kind, llm_context_tokens=8_000)
     window = settings.llm_context_tokens - settings.llm_max_reply_tokens
     turn: list[dict[str, Any]] = []
+    rows: list[int] = []
+
+    def model(body: dict[str, Any], number: int) -> Behaviour | None:
+        if _is_summary(body):
+            return Reply(LONG_SUMMARY)
+        if not _is_turn(body) or "Read it all." not in json.dumps(body):
+            return None
+        turn.append(body)
+        if "tools" not in body:
+            return Reply("All read.")
+        first = 2 * (len(turn) - 1)
+        reads = [("archive_read", {"chunk_id": rows[(first + i) % len(rows)]}) for i in (0, 1)]
+        return CallTools(list[tuple[str, dict[str, Any] | str]](reads))
+
+    llm.responder = model
     async with running_gateway(settings) as gw:
         token, conversation = await gw.visitor()
-        rows = itertools.cycle(await _archive_talk(gw, token, conversation, rows=4))
-
-        def model(body: dict[str, Any], number: int) -> Behaviour | None:
-            if not _is_turn(body) or "Read it all." not in json.dumps(body):
-                return None
-            turn.append(body)
-            if body.get("tool_choice") in ("none", {"type": "none"}) or "tools" not in body:
-                return Reply("All read.")
-            reads = [("archive_read", {"chunk_id": next(rows)}) for _ in range(2)]
-            return CallTools(list[tuple[str, dict[str, Any] | str]](reads))
-
-        llm.responder = model
+        rows += await _archive_talk(gw, token, conversation, rows=4)
         answered = await gw.send(token, "Read it all.")
         lookups = await gw.http.get(f"/api/v1/sessions/{conversation}/lookups", headers=ADMIN)
 
     assert answered.json()["reply"]["text"] == "All read."
-    results = [item["result"] for item in lookups.json()["items"]]
+    results = [item["result"] for item in lookups.json()["items"]][::-1]  # oldest first
     assert len(results) == 6
     assert len(turn) == 4
+    # The timeline is full: the system prompt had to leave rows out.
+    assert "older archive rows left out for space" in _system(turn[0])
+    assert all(_system(body) == _system(turn[0]) for body in turn)
     sizes = [_request_tokens(body) for body in turn]
     assert max(sizes) <= window, sizes
     # Carried whole, the six results would not have fitted beside the rest.
     assert sizes[0] + sum(message_tokens(result) for result in results) > window
-    # The last call has the rounds written out: the oldest results gave way, the newest
-    # came whole.
-    written = json.dumps([m for m in turn[-1]["messages"] if m["role"] != "system"])
-    assert "left out to make room" in written
-    assert json.dumps(results[-1].removeprefix("[source: archive]\n"))[1:-1] in written
-    assert _system(turn[0]) == _system(turn[-1])
+    for number, body in enumerate(turn[1:], start=1):
+        newest = results[2 * number - 2 : 2 * number]
+        if "tools" in body:
+            assert _tool_results(body)[-2:] == newest, f"call {number + 1}"
+        else:
+            written = json.dumps([m for m in body["messages"] if m["role"] != "system"])
+            for result in newest:
+                assert json.dumps(result.removeprefix("[source: archive]\n"))[1:-1] in written
+    # The room was tight: an older round's results gave way to the newer ones.
+    assert "left out to make room" in json.dumps(turn[-1])
 
 
 def _replies(chat: int, count: int) -> Callable[[tg.FakeTelegram], bool]:

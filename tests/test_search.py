@@ -5,17 +5,32 @@ paging, and that the index follows the rows — including rows older than the in
 from __future__ import annotations
 
 import random
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import Integer, String, Text, Uuid, column, delete, insert, table, text, update
+from sqlalchemy import (
+    Integer,
+    String,
+    Text,
+    Uuid,
+    column,
+    delete,
+    event,
+    insert,
+    table,
+    text,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.provenance import NOT_DIALOGUE
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.messages import NewMessage
 from memory.storage.models import Chunk, ChunkStatus, Message, Role, UTCDateTime
@@ -465,3 +480,45 @@ async def test_rows_stored_before_the_index_existed_are_found(blank_database_url
         assert (await repos.search.search(ada, "marmalade", limit=1))[0].seq == seq
     finally:
         await engine.dispose()
+
+
+async def test_on_postgres_a_transcript_is_matched_by_its_index_never_read_whole(
+    database_url: str, repos: Repositories, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    if database_url.startswith("sqlite"):
+        pytest.skip("FTS5 reads its own index whatever the query: a Postgres plan")
+    ada = await _conversation(repos)
+    seqs = [await _say(repos, ada, f"we planned the trip, day {n}") for n in range(6)]
+    for first, last in zip(seqs[::2], seqs[1::2], strict=True):
+        transcript = f"[2026-03-01 12:00 · webchat · user Ada]\nwe planned the trip {first}\n"
+        await _chunk(sessions, ada, (first, last), transcript)
+    engine = sessions.kw["bind"]
+    sent: list[tuple[str, Any]] = []
+
+    def keep(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", keep)
+    try:
+        await repos.search.search(ada, "planned trip", limit=10)
+        await repos.search.best(ada, "planned trip", limit=5, left_out=NOT_DIALOGUE)
+        await repos.search.best(ada, "qxnever trip", limit=5, any_word=True)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", keep)
+    # The searches' own statements again, in one transaction as they were sent (the
+    # settings they make included), each SELECT explained.
+    plans = []
+    async with sessions() as session:
+        connection = await session.connection()
+        for statement, parameters in sent:
+            if statement.lstrip().upper().startswith("SET"):
+                await connection.exec_driver_sql(statement, parameters)
+            elif "transcript" in statement and "@@" in statement:
+                explained = await connection.exec_driver_sql(f"EXPLAIN {statement}", parameters)
+                plans.append("\n".join(row[0] for row in explained))
+
+    assert len(plans) >= 3
+    for plan in plans:
+        assert "ix_chunks_transcript_search" in plan, plan
+        # A transcript's vector is never computed to test a match: only to score one.
+        assert not re.search(r"Filter: .*transcript\) @@", plan), plan

@@ -53,8 +53,6 @@ class AnthropicProvider(HTTPProvider):
             ]
         if prompt.tools:
             body["tools"] = [_tool(tool) for tool in prompt.tools]
-            if not prompt.may_call_tools:
-                body["tool_choice"] = {"type": "none"}
         return body
 
 

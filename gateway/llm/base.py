@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from memory.chat_turn import ChatTurn
 
 __all__ = [
+    "MAX_NAME_CHARS",
     "ChatTurn",
     "LLMProvider",
     "Piece",
@@ -23,6 +24,11 @@ __all__ = [
     "UsageSink",
     "complete",
 ]
+
+# What is kept of a tool's name as a model wrote it: a model can make one up, of any
+# length, and it is said back, stored (a column of 64) and shown again. A real tool's
+# name is far shorter.
+MAX_NAME_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +45,7 @@ class ToolCall:
     """One call the model asked for, whole (its arguments arrive in pieces)."""
 
     id: str
-    name: str
+    name: str  # at most MAX_NAME_CHARS (a longer one is cut where a reply is read)
     arguments: str  # JSON text as the model wrote it: it may not parse
 
 
@@ -63,9 +69,6 @@ class Prompt:
     # The tools of the turn, the same on every call of it; `steps` follow `turns`.
     tools: tuple[Tool, ...] = ()
     steps: tuple[ToolStep, ...] = ()
-    # False: the model must answer in text now (the tools stay declared, as the steps
-    # that used them require).
-    may_call_tools: bool = True
 
 
 # What a stream yields: reply text as it arrives, then any tool calls, each complete.
@@ -87,10 +90,13 @@ UsageSink = Callable[[Usage], None]
 
 class LLMProvider(Protocol):
     name: str
+    # Whether its model can call tools: a turn offers the recall tools, and tells of
+    # them in its system prompt, only then.
+    offers_tools: bool
 
     def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
         """Yield the reply's text as it arrives, then the tool calls the model asked for
-        (only with `prompt.tools` and `may_call_tools`; a provider may offer none).
+        (only with `prompt.tools`; a provider may offer none).
 
         Raises `LLMUnavailable` once bounded retries are spent. Retries happen only
         before the first piece is yielded, so nothing is ever repeated.

@@ -19,7 +19,7 @@ import httpx
 
 from gateway.backoff import full_jitter, parse_retry_after
 from gateway.errors import LLMUnavailable
-from gateway.llm.base import Piece, Prompt, ToolCall, Usage, UsageSink
+from gateway.llm.base import MAX_NAME_CHARS, Piece, Prompt, ToolCall, Usage, UsageSink
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 MAX_WAIT_SECONDS = 30.0
@@ -132,7 +132,8 @@ def _whole(index: int, part: _PartialCall) -> ToolCall:
         raise StreamFailed(f"tool call {index} came without a name", retryable=False)
     # A call without arguments is a call with none; some compatible servers leave out ids.
     arguments = "".join(part.arguments) or "{}"
-    return ToolCall(id=part.id or f"call_{index}", name=part.name, arguments=arguments)
+    name = part.name[:MAX_NAME_CHARS]  # no tool is named longer: it stays unknown
+    return ToolCall(id=part.id or f"call_{index}", name=name, arguments=arguments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +350,7 @@ class HTTPProvider:
     name: str
     path: str
     decoder: Callable[[], EventDecoder]
+    offers_tools = True  # both APIs stream tool calls
 
     def __init__(
         self,

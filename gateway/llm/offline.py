@@ -12,9 +12,10 @@ OFFLINE = "offline"
 
 class OfflineProvider:
     name = OFFLINE
+    offers_tools = False
 
     async def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
-        # It offers no tools: the reply is text only, whatever `prompt.tools` holds.
+        # The reply is text only, whatever `prompt.tools` holds.
         for piece in offline_reply(prompt):
             yield piece
             # Let other tasks run between pieces, as they would with a real stream.

@@ -44,8 +44,6 @@ class OpenAIProvider(HTTPProvider):
         }
         if prompt.tools:
             body["tools"] = [_tool(tool) for tool in prompt.tools]
-            if not prompt.may_call_tools:
-                body["tool_choice"] = "none"
         return body
 
 

@@ -19,11 +19,9 @@ from gateway.llm.base import Tool, ToolCall
 from memory.recall import Recall, Scope, answer
 from memory.storage.lookups import Lookups, NewLookup
 
-# What a stored lookup keeps of the arguments (a model can write anything there).
+# What a stored lookup keeps of a call's arguments, and a later call of the turn is shown
+# again of them: the tools take a few words, but a model can write anything there.
 MAX_ARGUMENT_CHARS = 2000
-# What is kept and said back of a tool's name: a model can make one up, of any length
-# (the stored column holds 64).
-MAX_NAME_CHARS = 64
 
 # Added to the system prompt of a turn that offers the tools: when to use them.
 GUIDE = """# Looking things up
@@ -160,7 +158,7 @@ class RecallTools:
         """Run one call; what the model reads back (an error it can act on, if the call
         was wrong) and what is kept of it."""
         result = await self._answer(scope, call)
-        return NewLookup(call.name[:MAX_NAME_CHARS], call.arguments[:MAX_ARGUMENT_CHARS], result)
+        return NewLookup(call.name, call.arguments[:MAX_ARGUMENT_CHARS], result)
 
     async def record(
         self, conversation_id: uuid.UUID, message_id: int, lookups: list[NewLookup]
@@ -172,8 +170,7 @@ class RecallTools:
         shape = _ARGUMENTS.get(call.name)
         if shape is None:
             known = ", ".join(_ARGUMENTS)
-            name = call.name[:MAX_NAME_CHARS] + ("…" if len(call.name) > MAX_NAME_CHARS else "")
-            return answer(f"Error: there is no tool {name!r}; the tools are {known}.")
+            return answer(f"Error: there is no tool {call.name!r}; the tools are {known}.")
         try:
             arguments = shape.model_validate(json.loads(call.arguments or "{}"))
         except (ValueError, ValidationError) as exc:

@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -30,7 +30,14 @@ from gateway.text import clean
 from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.turns.hub import DeltaEvent, Hub, Typing
 from gateway.turns.leases import ConversationLeases
-from gateway.turns.steps import as_turns, fit_steps, steps_tokens, tool_room, tools_tokens
+from gateway.turns.steps import (
+    answer_tokens,
+    as_turns,
+    fit_steps,
+    steps_tokens,
+    tool_room,
+    tools_tokens,
+)
 from memory.archive.reads import ChunkView
 from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
 from memory.provenance import NOTICE_SOURCE
@@ -129,7 +136,8 @@ class _Answer:
     text: str
     role: Role = Role.ASSISTANT
     source: str | None = None
-    prompt_tokens: int | None = None  # a model's answer: its last call's prompt, estimated
+    # A model's answer: its last call's prompt, estimated (the tools it declared too).
+    prompt_tokens: int | None = None
 
 
 class TurnRunner:
@@ -350,34 +358,38 @@ class TurnRunner:
     ) -> _Answer:
         clock = clock_context(self._clock.now(), state.timezone, state.previous_at)
         window = self._limits.context_tokens - self._limits.max_reply_tokens
-        # The timeline may use up to half the window; the live messages get the rest.
-        rows = render_timeline(context.timeline, state.timezone, budget=window // 2)
+        # The tool rounds of the turn come after the live turns: room is kept for them
+        # first. The timeline may use up to half of the rest; the live messages get what
+        # it leaves.
+        kept = 0 if self._recall is None else tool_room(window, self._limits.max_tool_calls)
+        rows = render_timeline(context.timeline, state.timezone, budget=(window - kept) // 2)
         profile = "\n".join(f"- {line}" for line in context.profile)
         guide = None if self._recall is None else self._recall.guide
         persona = self._persona if guide is None else f"{self._persona}\n\n{guide}"
         system = system_prompt(persona, clock, rows, profile)
         tools = () if self._recall is None else self._recall.tools
-        # The tool rounds of the turn come after the live turns: room is kept for them.
-        room = 0 if self._recall is None else tool_room(window, self._limits.max_tool_calls)
-        budget = window - message_tokens(system) - tools_tokens(tools) - room
+        budget = window - message_tokens(system) - tools_tokens(tools) - kept
         turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
+        # What the live messages leave is the rounds' too (less than kept only when the
+        # newest message alone outgrew its share).
+        room = window - _size(prompt)
         try:
-            return await self._generate(state, prompt, trigger)
+            return await self._generate(state, prompt, room, trigger)
         except LLMError as exc:
             log.warning(
                 "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)
             )
             return _Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE)
 
-    async def _generate(self, state: TurnState, prompt: Prompt, trigger: StoredMessage) -> _Answer:
+    async def _generate(
+        self, state: TurnState, prompt: Prompt, room: int, trigger: StoredMessage
+    ) -> _Answer:
         """Ask the model, run the recall tools it calls (up to the limit) and ask again
         with their answers, until it answers in text. The prompt's system text is the
         same bytes on every call, and its turns too up to the last call at the limit,
-        which has the rounds written out after them; only the steps grow, within what
-        the window leaves them."""
-        window = self._limits.context_tokens - self._limits.max_reply_tokens
-        room = window - _size(prompt, []) - tools_tokens(prompt.tools)
+        which has the rounds written out after them; only the steps grow, within `room`
+        tokens, what the window leaves them."""
         steps: list[ToolStep] = []
         lookups: list[NewLookup] = []
         scope: Scope | None = None  # read once, at the turn's first call
@@ -400,7 +412,7 @@ class TurnRunner:
                     if text:
                         break
                     return _Answer(TOOL_LIMIT_NOTICE, Role.EVENT, NOTICE_SOURCE)
-                scope = scope or await self._scope(state)
+                scope = scope or await self._scope(state, answer_tokens(room))
                 # Calls past the limit are not run, nor shown again: the next call,
                 # the last, is told the lookups are used up.
                 run = calls[:left]
@@ -413,7 +425,7 @@ class TurnRunner:
                 await self._recall.record(state.conversation_id, trigger.id, lookups)
         if not text:
             raise LLMError("the model returned an empty reply")
-        return _Answer(text, prompt_tokens=_size(asked, asked.steps))
+        return _Answer(text, prompt_tokens=_size(asked))
 
     async def _call_model(
         self, conversation_id: uuid.UUID, prompt: Prompt
@@ -423,7 +435,7 @@ class TurnRunner:
         # A call that may turn to the tools holds its text back until it is clearly an
         # answer (or the reply ends in text): what a model writes before its calls is
         # a preamble, no part of the answer, and the person should not see it.
-        held: list[str] | None = [] if prompt.tools and prompt.may_call_tools else None
+        held: list[str] | None = [] if prompt.tools else None
         # Before every call: clients show that a reply is coming, and drop what an
         # earlier call of the turn streamed before it turned to the tools (a preamble
         # long enough to pass for an answer).
@@ -450,12 +462,13 @@ class TurnRunner:
         if text:
             self._hub.publish(conversation_id, DeltaEvent(conversation_id, text))
 
-    async def _scope(self, state: TurnState) -> Scope:
-        """What the turn's tools may read: its conversation, and (personal) its person."""
+    async def _scope(self, state: TurnState, answer_tokens: int) -> Scope:
+        """What the turn's tools may read: its conversation, and (personal) its person;
+        each answer at most `answer_tokens`."""
         owner = (
             None if state.group else await self._conversations.personal_owner(state.conversation_id)
         )
-        return Scope(state.conversation_id, owner, state.timezone)
+        return Scope(state.conversation_id, owner, state.timezone, answer_tokens)
 
     async def _run_tools(self, scope: Scope, calls: list[ToolCall]) -> list[NewLookup]:
         assert self._recall is not None
@@ -504,10 +517,15 @@ class TurnRunner:
             self._waiters[conversation_id] = still_waiting
 
 
-def _size(prompt: Prompt, steps: Sequence[ToolStep]) -> int:
-    """About how many tokens a call's prompt is: system, turns and tool steps."""
+def _size(prompt: Prompt) -> int:
+    """About how many tokens a call's prompt is: system, turns, the tools it declares
+    and its tool steps."""
     texts = [prompt.system, *(turn.content for turn in prompt.turns)]
-    return sum(message_tokens(text) for text in texts) + steps_tokens(steps)
+    return (
+        sum(message_tokens(text) for text in texts)
+        + tools_tokens(prompt.tools)
+        + steps_tokens(prompt.steps)
+    )
 
 
 @contextlib.asynccontextmanager

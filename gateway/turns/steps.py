@@ -1,10 +1,15 @@
 """How much of a turn's tool rounds its prompt can carry.
 
-A turn's system prompt and live turns are sized once, at its start, leaving room for the
-tool rounds (`tool_room`). Each later call carries the rounds made so far; when they no
-longer fit that room, the oldest results give way first (the model is told it may ask
-again), then the oldest rounds, so no call's prompt outgrows the model's window. The
-last call, at the limit of calls, has them written out as turns instead (`as_turns`).
+A turn's prompt is sized once, at its start: room for the tool rounds comes first
+(`tool_room`), the timeline and the live turns share the rest, and whatever the live
+turns leave is the rounds' too. The tools' answers are sized to that room
+(`answer_tokens`), so a round of a couple of calls fits it whole even on a small model.
+Each later call carries the rounds made so far; when they no longer fit, the older
+rounds give way, their results first (the model has read them, and is told it may ask
+again), then the rounds themselves. The newest round always stays, its results
+shortened if they must be: the model has not read them yet. So no call's prompt
+outgrows the model's window. The last call, at the limit of calls, has the rounds
+written out as turns instead (`as_turns`).
 """
 
 from __future__ import annotations
@@ -14,23 +19,27 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gateway.llm.base import ChatTurn, Tool, ToolCall, ToolStep
-from gateway.turns.recall_tools import MAX_NAME_CHARS
+from gateway.turns.recall_tools import MAX_ARGUMENT_CHARS
 from memory.provenance import NOTICE_SOURCE, escape_typed, label
 from memory.recall import ANSWER_TOKENS, SOURCE, answer
-from memory.tokens import message_tokens
+from memory.tokens import estimate_tokens, message_tokens, shares, shorten
 
 # What one call may add: its answer, and the call as the model wrote it.
-CALL_TOKENS = ANSWER_TOKENS + 100
-# What a round keeps of the model's own words: the text before its calls (a preamble,
-# never shown to the person) and each call's arguments (the tools take a few words).
+CALL_OVERHEAD_TOKENS = 100
+CALL_TOKENS = ANSWER_TOKENS + CALL_OVERHEAD_TOKENS
+# A turn's answers are sized so that a round of this many calls fits its room whole.
+ROUND_CALLS = 2
+MIN_ANSWER_TOKENS = 300
+# What a round keeps of the model's own words before its calls (a preamble, never shown
+# to the person); of each call's arguments it keeps MAX_ARGUMENT_CHARS.
 STEP_TEXT_CHARS = 1000
-ARGUMENT_CHARS = 2000
 # What a wire format adds around a tool or a call (its keys, type and id).
 WIRE_TOKENS = 24
 DROPPED = answer(
     "(This result was left out to make room for later ones; make the call again if you "
     "still need it.)"
 )
+SHORTENED = "(The rest was cut to fit; ask for less at a time to read it.)"
 USED_UP = "This turn's lookups are used up: answer now, from what they found and what you know."
 
 
@@ -38,6 +47,13 @@ def tool_room(window: int, max_calls: int) -> int:
     """Tokens a turn keeps free for its tool rounds: all of them where the window allows,
     else a third of it (older results then give way to newer ones)."""
     return min(max_calls * CALL_TOKENS, window // 3)
+
+
+def answer_tokens(room: int) -> int:
+    """What one tool answer may cost, with `room` for the turn's rounds: ANSWER_TOKENS,
+    or on a small model less, so that a round of ROUND_CALLS calls still fits."""
+    share = room // ROUND_CALLS - CALL_OVERHEAD_TOKENS
+    return max(MIN_ANSWER_TOKENS, min(ANSWER_TOKENS, share))
 
 
 def tools_tokens(tools: Sequence[Tool]) -> int:
@@ -56,16 +72,19 @@ def steps_tokens(steps: Sequence[ToolStep]) -> int:
 
 def fit_steps(steps: Sequence[ToolStep], room: int) -> tuple[ToolStep, ...]:
     """The rounds as the next call carries them, within `room` tokens: the model's text
-    and arguments bounded, then the oldest rounds' results replaced by a note, then the
-    oldest rounds left out, until they fit."""
+    and arguments bounded, then the older rounds' results replaced by a note, oldest
+    first, then the older rounds left out, until they fit; the newest round stays,
+    its results shortened if even it alone does not fit."""
     fitted = [_bounded(step) for step in steps]
-    for index in range(len(fitted)):
+    for index in range(len(fitted) - 1):
         if steps_tokens(fitted) <= room:
             break
         step = fitted[index]
         fitted[index] = replace(step, results=tuple(DROPPED for _ in step.results))
-    while fitted and steps_tokens(fitted) > room:
+    while len(fitted) > 1 and steps_tokens(fitted) > room:
         fitted.pop(0)
+    if fitted and steps_tokens(fitted) > room:
+        fitted[-1] = _shortened(fitted[-1], room)
     return tuple(fitted)
 
 
@@ -92,6 +111,26 @@ def _body(result: str) -> str:
     return result.removeprefix(f"{SOURCE}\n")
 
 
+def _shortened(step: ToolStep, room: int) -> ToolStep:
+    """`step` with its results sharing what `room` leaves beside its calls: a short one
+    whole, the longer ones cut, each saying so."""
+    bare = _step_tokens(replace(step, results=tuple("" for _ in step.results)))
+    given = shares([estimate_tokens(result) for result in step.results], room - bare)
+    cut = tuple(
+        _shorten(result, tokens) for result, tokens in zip(step.results, given, strict=True)
+    )
+    return replace(step, results=cut)
+
+
+def _shorten(result: str, tokens: int) -> str:
+    if estimate_tokens(result) <= tokens:
+        return result
+    # The source line and the note stay whatever the room: without them the cut text
+    # would pass for the whole answer, or for no tool's.
+    kept = shorten(_body(result), tokens - estimate_tokens(answer(f"\n{SHORTENED}")))
+    return answer(f"{kept}\n{SHORTENED}" if kept else SHORTENED)
+
+
 def _step_tokens(step: ToolStep) -> int:
     texts = [step.text, *(f"{c.id} {c.name} {c.arguments}" for c in step.calls), *step.results]
     return sum(message_tokens(text) for text in texts) + WIRE_TOKENS * len(step.calls)
@@ -106,9 +145,7 @@ def _bounded(step: ToolStep) -> ToolStep:
 
 
 def _bounded_call(call: ToolCall) -> ToolCall:
-    return replace(
-        call, name=call.name[:MAX_NAME_CHARS], arguments=_clip(call.arguments, ARGUMENT_CHARS)
-    )
+    return replace(call, arguments=_clip(call.arguments, MAX_ARGUMENT_CHARS))
 
 
 def _clip(text: str, chars: int) -> str:
