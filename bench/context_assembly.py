@@ -6,8 +6,8 @@
 "Context assembly" is everything a turn does before it calls the model:
 `ArchiveMemory.before_turn` (swap + timeline + profile read), `Conversations.load_turn` (the
 live window) and the rendering of the system prompt and the live turns with the same
-functions `TurnRunner._model` uses (checked once per run: the prompt built here is
-compared with the one `TurnRunner._model` hands to the model). Timed apart: the parts
+functions `Answerer.answer` uses (checked once per run: the prompt built here is
+compared with the one `Answerer.answer` hands to the model). Timed apart: the parts
 of `before_turn`, `after_turn`, and `Conversations.owes_reply` (where the runner has it: the
 small read a turn loop makes before each round after its first).
 
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import inspect
 import json
 import re
 import time
@@ -63,11 +62,11 @@ from bench.memory_support import (
 from gateway.clock import SystemClock
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs
 from gateway.llm import Prompt, build_provider
+from gateway.metrics import Metrics
 from gateway.settings import Settings
+from gateway.turns.answering import Answerer, TurnContext, TurnLimits
 from gateway.turns.hub import Hub
-from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
-from gateway.turns.runner import TurnContext, TurnLimits, TurnRunner
 from memory.archive.archive import Archive
 from memory.archive.jobs import ROLLUP
 from memory.archive.limits import MemoryLimits
@@ -450,7 +449,7 @@ class CountingQueue:
 def build_prompt(
     persona: str, limits: TurnLimits, now: datetime, state: TurnState, context: TurnContext
 ) -> Prompt:
-    """What `TurnRunner._model` builds before calling the model, step for step."""
+    """What `Answerer.answer` builds before calling the model, step for step."""
     clock = clock_context(now, state.timezone, state.previous_at)
     window = limits.context_tokens - limits.max_reply_tokens
     rows = render_timeline(context.timeline, state.timezone, budget=window // 2)
@@ -462,7 +461,7 @@ def build_prompt(
 
 
 class CapturingLLM:
-    """Records the prompt `TurnRunner._model` would send, and answers at once."""
+    """Records the prompt `Answerer.answer` would send, and answers at once."""
 
     name = "capture"
     offers_tools = True  # as the real model it stands in for; it never calls one
@@ -579,34 +578,21 @@ async def extras(s: Subject, *, record: bool) -> None:
 
 
 async def check_against_runner(s: Subject, persona: str, now: datetime) -> str:
-    """'identical' if the prompt built here is the one `TurnRunner._model` sends.
-
-    Only what `_model` uses is real; any other argument the runner requires (how
-    replies are delivered, which changes often) gets an inert placeholder.
-    """
+    """'identical' if the prompt built here is the one `Answerer.answer` sends, the turn
+    runner's answer from the model."""
     llm = CapturingLLM()
-    known: dict[str, Any] = {
-        "messages": s.repos.messages,
-        "conversations": s.repos.conversations,
-        "llm": llm,
-        "hub": Hub(),
-        "clock": FixedClock(now),
-        "persona": persona,
-        "limits": TURN_LIMITS,
-        "memory": s.memory,
-        "leases": ConversationLeases(s.repos.leases, timedelta(seconds=30)),
-    }
-    arguments = {
-        name: known.get(name, object())
-        for name, parameter in inspect.signature(TurnRunner).parameters.items()
-        if name in known or parameter.default is inspect.Parameter.empty
-    }
-    try:
-        runner = TurnRunner(**arguments)
-        state, context, ours = await assemble(s, persona, now, record=False)
-        await runner._model(state, context, state.unanswered[-1])
-    except Exception as exc:  # the runner's internals moved: say so, measure anyway
-        return f"not checked ({type(exc).__name__}: {exc})"
+    answerer = Answerer(
+        llm=llm,
+        hub=Hub(),
+        clock=FixedClock(now),
+        persona=persona,
+        limits=TURN_LIMITS,
+        conversations=s.repos.conversations,
+        metrics=Metrics(),
+        recall=None,
+    )
+    state, context, ours = await assemble(s, persona, now, record=False)
+    await answerer.answer(state, context, state.unanswered[-1])
     return "identical" if llm.prompts == [ours] else "DIFFERENT"
 
 
@@ -870,7 +856,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         f"Parley context assembly: {result['database']}, {machine_line(result['machine'])}",
         f"{result['repetitions']} measured assemblies per size after {result['warmup']} "
-        f"warm-up, sizes alternating; prompt vs the one TurnRunner._model sends: "
+        f"warm-up, sizes alternating; prompt vs the one Answerer.answer sends: "
         f"{result['prompt_matches_turn_runner']}",
         "what-if (fixes tried on the scratch files / in this process): "
         + (", ".join(result["what_if"]) or "none"),

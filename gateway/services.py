@@ -37,13 +37,14 @@ from gateway.metrics import Metrics
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.text import clean
+from gateway.turns.answering import TurnLimits
 from gateway.turns.commands import Commands
 from gateway.turns.hub import DeliveryChanged, Hub
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.profile_commands import register_profile_commands
 from gateway.turns.recall_tools import RecallTools
-from gateway.turns.runner import TurnLimits, TurnRunner
+from gateway.turns.runner import TurnRunner
 from gateway.turns.status import register_status
 from memory.archive.archive import Archive
 from memory.portable.export import Exports

@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import select
 
 from gateway.jobs.queue import EmbeddedQueue
+from gateway.turns.answering import ANSWER_CHARS, TOOL_LIMIT_NOTICE
 from gateway.turns.recall_tools import GUIDE, TOOLS
-from gateway.turns.runner import ANSWER_CHARS, TOOL_LIMIT_NOTICE
 from gateway.turns.steps import tools_tokens
 from memory.storage.engine import session_factory
 from memory.storage.models import ChunkStatus, Message

@@ -12,7 +12,7 @@ from typing import TypeVar
 from gateway.clock import Clock
 from gateway.llm import ChatTurn, LLMProvider, Prompt, complete
 from gateway.settings import LLMProviderName, Settings
-from gateway.turns.runner import TurnContext
+from gateway.turns.answering import TurnContext
 from memory.archive.archive import Archive
 from memory.archive.jobs import (
     EXTRACT,

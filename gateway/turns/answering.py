@@ -1,0 +1,254 @@
+"""A turn's answer from the model: the prompt built once, the recall tools it calls run
+and their rounds carried, and only the final answer streamed to the turn's clients.
+
+The system prompt is the same bytes on every call of a turn (provider prompt caches
+hold); what grows is the rounds, within the room the prompt kept for them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import structlog
+
+from gateway.clock import Clock
+from gateway.errors import LLMError
+from gateway.llm import LLMProvider, Prompt
+from gateway.llm.base import Tool, ToolCall, ToolStep
+from gateway.metrics import Metrics
+from gateway.text import clean
+from gateway.turns.hub import DeltaEvent, Hub, Typing
+from gateway.turns.steps import (
+    answer_tokens,
+    as_turns,
+    fit_steps,
+    steps_tokens,
+    tool_room,
+    tools_tokens,
+)
+from memory.archive.reads import ChunkView
+from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
+from memory.provenance import NOTICE_SOURCE
+from memory.recall import Scope
+from memory.storage.conversations import Conversations, TurnState
+from memory.storage.lookups import NewLookup
+from memory.storage.messages import StoredMessage
+from memory.storage.models import Role
+from memory.tokens import message_tokens
+
+log = structlog.get_logger(__name__)
+
+MODEL_DOWN_NOTICE = (
+    "Sorry — I couldn't reach the language model just now, so I can't answer yet. "
+    "Your message is saved; write again in a moment and I'll pick up from here."
+)
+# Text of a call that may turn to the tools is streamed once it is this long (or the
+# reply ends without a call): a preamble before a call is a sentence or two ("Let me
+# look that up."), an answer soon outgrows that.
+ANSWER_CHARS = 160
+TOOL_LIMIT_NOTICE = (
+    "Sorry — I kept searching my archive and didn't get to an answer. "
+    "Ask me again, perhaps more precisely, and I'll try once more."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """Read once at a turn's start: what the system prompt shows besides the clock."""
+
+    timeline: tuple[ChunkView, ...] = ()
+    profile: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLimits:
+    context_tokens: int
+    max_reply_tokens: int
+    # Recall tool calls a turn may make (0: no tools offered).
+    max_tool_calls: int = 0
+
+
+class Recalling(Protocol):
+    """The recall tools, and where the calls of a turn are kept."""
+
+    tools: tuple[Tool, ...]
+    guide: str  # for the system prompt: when to use them
+
+    async def call(self, scope: Scope, call: ToolCall) -> NewLookup: ...
+
+    async def record(
+        self, conversation_id: uuid.UUID, message_id: int, lookups: list[NewLookup]
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    text: str
+    role: Role = Role.ASSISTANT
+    source: str | None = None
+    # A model's answer: its last call's prompt, estimated (the tools it declared too).
+    prompt_tokens: int | None = None
+
+
+class Answerer:
+    """Asks the model for the answer to a turn's messages."""
+
+    def __init__(
+        self,
+        *,
+        llm: LLMProvider,
+        hub: Hub,
+        clock: Clock,
+        persona: str,
+        limits: TurnLimits,
+        conversations: Conversations,
+        metrics: Metrics,
+        recall: Recalling | None,
+    ) -> None:
+        self._llm = llm
+        self._hub = hub
+        self._clock = clock
+        self._persona = persona
+        self._limits = limits
+        self._conversations = conversations
+        self._metrics = metrics
+        self._recall = recall if limits.max_tool_calls > 0 else None
+
+    async def answer(
+        self, state: TurnState, context: TurnContext, trigger: StoredMessage
+    ) -> Answer:
+        clock = clock_context(self._clock.now(), state.timezone, state.previous_at)
+        window = self._limits.context_tokens - self._limits.max_reply_tokens
+        # The tool rounds of the turn come after the live turns: room is kept for them
+        # first. The timeline may use up to half of the rest; the live messages get what
+        # it leaves.
+        kept = 0 if self._recall is None else tool_room(window, self._limits.max_tool_calls)
+        rows = render_timeline(context.timeline, state.timezone, budget=(window - kept) // 2)
+        profile = "\n".join(f"- {line}" for line in context.profile)
+        guide = None if self._recall is None else self._recall.guide
+        persona = self._persona if guide is None else f"{self._persona}\n\n{guide}"
+        system = system_prompt(persona, clock, rows, profile)
+        tools = () if self._recall is None else self._recall.tools
+        budget = window - message_tokens(system) - tools_tokens(tools) - kept
+        turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
+        prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
+        # What the live messages leave is the rounds' too (less than kept only when the
+        # newest message alone outgrew its share).
+        room = window - _size(prompt)
+        try:
+            return await self._generate(state, prompt, room, trigger)
+        except LLMError as exc:
+            log.warning(
+                "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)
+            )
+            return Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE)
+
+    async def _generate(
+        self, state: TurnState, prompt: Prompt, room: int, trigger: StoredMessage
+    ) -> Answer:
+        """Ask the model, run the recall tools it calls (up to the limit) and ask again
+        with their answers, until it answers in text. The prompt's system text is the
+        same bytes on every call, and its turns too up to the last call at the limit,
+        which has the rounds written out after them; only the steps grow, within `room`
+        tokens, what the window leaves them."""
+        steps: list[ToolStep] = []
+        lookups: list[NewLookup] = []
+        scope: Scope | None = None  # read once, at the turn's first call
+        left = self._limits.max_tool_calls
+        try:
+            while True:
+                carried = fit_steps(steps, room)
+                if steps and left <= 0:
+                    # The last call: no tools declared at all, the rounds written out as
+                    # text, so the model can only answer.
+                    last = prompt.turns + as_turns(carried)
+                    asked = replace(prompt, turns=last, tools=(), steps=())
+                else:
+                    asked = replace(prompt, steps=carried)
+                text, calls = await self._call_model(state.conversation_id, asked)
+                if not calls or self._recall is None:
+                    break
+                if left <= 0:
+                    # Offered no tools, the model (or its server) called some anyway.
+                    if text:
+                        break
+                    return Answer(TOOL_LIMIT_NOTICE, Role.EVENT, NOTICE_SOURCE)
+                scope = scope or await self._scope(state, answer_tokens(room))
+                # Calls past the limit are not run, nor shown again: the next call,
+                # the last, is told the lookups are used up.
+                run = calls[:left]
+                step = await self._run_tools(scope, run)
+                lookups += step
+                left -= len(step)
+                steps.append(ToolStep(text, tuple(run), tuple(lookup.result for lookup in step)))
+        finally:
+            if lookups and self._recall is not None:
+                await self._recall.record(state.conversation_id, trigger.id, lookups)
+        if not text:
+            raise LLMError("the model returned an empty reply")
+        return Answer(text, prompt_tokens=_size(asked))
+
+    async def _call_model(
+        self, conversation_id: uuid.UUID, prompt: Prompt
+    ) -> tuple[str, list[ToolCall]]:
+        pieces: list[str] = []
+        calls: list[ToolCall] = []
+        # A call that may turn to the tools holds its text back until it is clearly an
+        # answer (or the reply ends in text): what a model writes before its calls is
+        # a preamble, no part of the answer, and the person should not see it.
+        held: list[str] | None = [] if prompt.tools else None
+        # Before every call: clients show that a reply is coming, and drop what an
+        # earlier call of the turn streamed before it turned to the tools (a preamble
+        # long enough to pass for an answer).
+        self._hub.publish(conversation_id, Typing(conversation_id))
+        with self._metrics.model_seconds.time():
+            async for piece in self._llm.stream(prompt):
+                if isinstance(piece, ToolCall):
+                    calls.append(piece)
+                    continue
+                pieces.append(piece)
+                # A model server can send what no database stores (NUL, a lone surrogate).
+                shown = clean(piece)
+                if held is not None:
+                    held.append(shown)
+                    if sum(map(len, held)) < ANSWER_CHARS:
+                        continue
+                    shown, held = "".join(held), None
+                self._publish_delta(conversation_id, shown)
+        if held and not calls:  # short, and no tool call came: the answer after all
+            self._publish_delta(conversation_id, "".join(held))
+        return clean("".join(pieces)).strip(), calls
+
+    def _publish_delta(self, conversation_id: uuid.UUID, text: str) -> None:
+        if text:
+            self._hub.publish(conversation_id, DeltaEvent(conversation_id, text))
+
+    async def _scope(self, state: TurnState, answer_tokens: int) -> Scope:
+        """What the turn's tools may read: its conversation, and (personal) its person;
+        each answer at most `answer_tokens`."""
+        owner = (
+            None if state.group else await self._conversations.personal_owner(state.conversation_id)
+        )
+        return Scope(state.conversation_id, owner, state.timezone, answer_tokens)
+
+    async def _run_tools(self, scope: Scope, calls: list[ToolCall]) -> list[NewLookup]:
+        assert self._recall is not None
+        done = []
+        for call in calls:
+            done.append(await self._recall.call(scope, call))
+            known = any(tool.name == call.name for tool in self._recall.tools)
+            self._metrics.lookups.labels(call.name if known else "unknown").inc()
+        return done
+
+
+def _size(prompt: Prompt) -> int:
+    """About how many tokens a call's prompt is: system, turns, the tools it declares
+    and its tool steps."""
+    texts = [prompt.system, *(turn.content for turn in prompt.turns)]
+    return (
+        sum(message_tokens(text) for text in texts)
+        + tools_tokens(prompt.tools)
+        + steps_tokens(prompt.steps)
+    )
