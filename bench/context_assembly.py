@@ -49,8 +49,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import memory.context
 import memory.tokens
 from bench.memory_support import (
+    Person,
     backend,
     filler,
+    insert_person,
     machine,
     machine_line,
     migrated_engine,
@@ -77,10 +79,7 @@ from memory.storage.engine import session_factory
 from memory.storage.models import (
     Chunk,
     ChunkStatus,
-    Conversation,
-    ConversationKind,
     Delivery,
-    Identity,
     Message,
     Profile,
     Role,
@@ -277,38 +276,15 @@ async def seed(
         return now - timedelta(minutes=1) - (total - seq) * MESSAGE_GAP
 
     async with engine.begin() as conn:
-        await conn.execute(
-            insert(User),
-            [{"id": user_id, "display_name": "Ana", "timezone": TIMEZONE, "created_at": sent(1)}],
-        )
-        await conn.execute(
-            insert(Identity),
-            [
-                {
-                    "id": identity_id,
-                    "channel": "webchat",
-                    "external_id": f"bench-{user_id.hex}",
-                    "user_id": user_id,
-                    "display_name": "Ana",
-                    "created_at": sent(1),
-                }
-            ],
-        )
-        await conn.execute(
-            insert(Conversation),
-            [
-                {
-                    "id": conversation_id,
-                    "kind": ConversationKind.PERSONAL,
-                    "user_id": user_id,
-                    "title": "Ana",
-                    "created_at": sent(1),
-                    "last_message_at": sent(total),
-                    "last_seq": total,
-                    "last_user_seq": total,
-                    "answered_seq": total - 2,
-                }
-            ],
+        await insert_person(
+            conn,
+            Person(user_id, identity_id, conversation_id),
+            timezone=TIMEZONE,
+            since=sent(1),
+            last_at=sent(total),
+            last_seq=total,
+            last_user_seq=total,
+            answered_seq=total - 2,
         )
         profile = "\n".join(
             filler(120, f"Fact {n}: the person") for n in range(1, PROFILE_LINES + 1)

@@ -9,16 +9,21 @@ import os
 import platform
 import subprocess
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.logs import configure_logging
 from gateway.settings import Settings
 from memory.storage.engine import create_engine
+from memory.storage.models import Conversation, ConversationKind, Identity, User
 from memory.storage.schema import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,3 +191,58 @@ def filler(chars: int, seed: str = "") -> str:
         size += len(word) + 1
         index += 1
     return " ".join(out)[:chars]
+
+
+@dataclass(frozen=True)
+class Person:
+    user_id: uuid.UUID
+    identity_id: uuid.UUID
+    conversation_id: uuid.UUID
+
+
+async def insert_person(
+    conn: AsyncConnection,
+    ids: Person,
+    *,
+    timezone: str,
+    since: datetime,
+    last_at: datetime,
+    last_seq: int,
+    last_user_seq: int,
+    answered_seq: int,
+) -> None:
+    """A person "Ana" with a web chat identity and their conversation up to `last_seq`,
+    written directly (a benchmark's world, not the gateway's way in)."""
+    await conn.execute(
+        insert(User),
+        [{"id": ids.user_id, "display_name": "Ana", "timezone": timezone, "created_at": since}],
+    )
+    await conn.execute(
+        insert(Identity),
+        [
+            {
+                "id": ids.identity_id,
+                "channel": "webchat",
+                "external_id": f"bench-{ids.user_id.hex}",
+                "user_id": ids.user_id,
+                "display_name": "Ana",
+                "created_at": since,
+            }
+        ],
+    )
+    await conn.execute(
+        insert(Conversation),
+        [
+            {
+                "id": ids.conversation_id,
+                "kind": ConversationKind.PERSONAL,
+                "user_id": ids.user_id,
+                "title": "Ana",
+                "created_at": since,
+                "last_message_at": last_at,
+                "last_seq": last_seq,
+                "last_user_seq": last_user_seq,
+                "answered_seq": answered_seq,
+            }
+        ],
+    )

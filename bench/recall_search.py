@@ -49,7 +49,9 @@ from sqlalchemy import delete, insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.memory_support import (
+    Person,
     backend,
+    insert_person,
     machine,
     machine_line,
     migrated_engine,
@@ -67,9 +69,7 @@ from memory.storage.models import (
     Chunk,
     ChunkStatus,
     Conversation,
-    ConversationKind,
     Delivery,
-    Identity,
     Message,
     Role,
     User,
@@ -174,38 +174,15 @@ async def seed(engine: AsyncEngine, options: Options, now: datetime) -> Seeded:
         return now - (total - seq + 1) * MESSAGE_GAP
 
     async with engine.begin() as conn:
-        await conn.execute(
-            insert(User),
-            [{"id": user_id, "display_name": "Ana", "timezone": "UTC", "created_at": sent(1)}],
-        )
-        await conn.execute(
-            insert(Identity),
-            [
-                {
-                    "id": identity_id,
-                    "channel": "webchat",
-                    "external_id": f"bench-{user_id.hex}",
-                    "user_id": user_id,
-                    "display_name": "Ana",
-                    "created_at": sent(1),
-                }
-            ],
-        )
-        await conn.execute(
-            insert(Conversation),
-            [
-                {
-                    "id": conversation_id,
-                    "kind": ConversationKind.PERSONAL,
-                    "user_id": user_id,
-                    "title": "Ana",
-                    "created_at": sent(1),
-                    "last_message_at": sent(total),
-                    "last_seq": total,
-                    "last_user_seq": total - 1,
-                    "answered_seq": total - 1,
-                }
-            ],
+        await insert_person(
+            conn,
+            Person(user_id, identity_id, conversation_id),
+            timezone="UTC",
+            since=sent(1),
+            last_at=sent(total),
+            last_seq=total,
+            last_user_seq=total - 1,
+            answered_seq=total - 1,
         )
         ids = []
         for number in range(options.chunks):
