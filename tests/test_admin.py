@@ -37,10 +37,7 @@ from tests.support.world import FILLER, MARKER, files_with
 # The fixtures `chromium`, `browser` and `page`.
 pytest_plugins = ["tests.support.browser"]
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
-]
+pytestmark = pytest.mark.browser
 
 
 def _changes(page: Page) -> list[str]:

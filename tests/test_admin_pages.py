@@ -36,10 +36,7 @@ from tests.support.webpage import screenshot
 # The fixtures `chromium`, `browser` and `page`.
 pytest_plugins = ["tests.support.browser"]
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
-]
+pytestmark = pytest.mark.browser
 
 # What the platform says when it refuses a reply, and what a failing summary said.
 REFUSAL = "Forbidden: bot was blocked by the user qxrefusal42"

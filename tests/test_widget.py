@@ -35,10 +35,7 @@ from tests.support.webpage import TIMEOUT_MS, HoldingLine, Line, csp_violations,
 pytest_plugins = ["tests.support.browser"]
 
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
-]
+pytestmark = pytest.mark.browser
 
 # A host page as careless (or hostile) as they come, around the one tag. It records
 # every message the page is posted (so a test can see that no token reaches it).
