@@ -91,6 +91,11 @@ async def test_the_widget_and_the_frames_files_are_served_gzipped_and_revalidate
         plain_etag = plain.headers["etag"]
         crossed = await gw.http.get("/webchat/widget.js", headers={"If-None-Match": plain_etag})
         other = await gw.http.get("/webchat/widget.js", headers={"If-None-Match": '"old"'})
+        # HEAD: GET's headers, no body (link checkers, `curl -I`).
+        heads = {
+            path: await gw.http.head(path)
+            for path in ("/webchat/widget.js", "/webchat/frame", "/", "/admin/static/admin.css")
+        }
 
     source = Path("connectors/webchat")
     for name, response in packed.items():
@@ -105,6 +110,11 @@ async def test_the_widget_and_the_frames_files_are_served_gzipped_and_revalidate
     assert plain_etag != etag
     assert crossed.status_code == 200
     assert other.status_code == 200
+    assert {path: r.status_code for path, r in heads.items()} == dict.fromkeys(heads, 200)
+    assert not [path for path, r in heads.items() if r.content]
+    head = heads["/webchat/widget.js"]
+    assert head.headers["etag"] == etag
+    assert int(head.headers["content-length"]) == len(gzip.compress(plain.content, 9, mtime=0))
 
 
 def test_the_readme_says_what_the_widget_and_its_frame_weigh() -> None:
@@ -157,6 +167,7 @@ async def test_the_docs_and_their_assets_are_served_from_the_installed_package(
             for path in ("/redoc", "/docs/assets/redoc.standalone.js", "/docs/assets/..%2Fcore.py")
         ]
         schema = (await gw.http.get("/openapi.json")).json()
+        head = await gw.http.head("/docs/assets/swagger-ui-bundle.js")
 
     assert docs.status_code == 200
     assert "<script>" not in docs.text  # scripts only from files: the CSP forbids inline ones
@@ -168,6 +179,11 @@ async def test_the_docs_and_their_assets_are_served_from_the_installed_package(
         _cheap_headers(response)
     assert "SwaggerUIBundle" in bundle.text
     assert len(bundle.content) > 100_000  # the real bundle, not a stub
+    # 1.5 MB sent as about 0.4 MB.
+    assert bundle.headers["content-encoding"] == "gzip"
+    assert int(bundle.headers["content-length"]) < len(bundle.content) / 3
+    assert (head.status_code, head.content) == (200, b"")
+    assert head.headers["etag"] == bundle.headers["etag"]
     assert again.status_code == 304
     assert again.content == b""
     assert refused == [404, 404, 404]

@@ -19,7 +19,7 @@ from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors
 from gateway.channels.port import Capabilities, Gateway, Pace
 from gateway.errors import AuthError, ConversationEnded
-from gateway.http.assets import Asset
+from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.wire import MessageOut
 from gateway.messages import ChatRef, Outbound
 from gateway.secrets import signing_key
@@ -208,20 +208,24 @@ def _page_router(origins: Sequence[str]) -> APIRouter:
     frame_html = page_html.replace("<head>\n", f"<head>\n{hosts}\n", 1)
     framed = {"Content-Security-Policy": frame_csp(origins)}
 
-    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
+    @router.api_route(
+        "/", methods=GET_AND_HEAD, response_class=HTMLResponse, include_in_schema=False
+    )
     async def demo(request: Request) -> HTMLResponse:
         base = str(request.base_url).rstrip("/")
         snippet = f'<script src="{base}/webchat/widget.js" data-title="Help" async></script>'
         body = demo_html.replace("{snippet}", html.escape(snippet)).replace("{tag}", DEMO_TAG)
         return HTMLResponse(body, headers={"Content-Security-Policy": DEMO_CSP})
 
-    @router.get("/webchat/frame", response_class=HTMLResponse, include_in_schema=False)
+    @router.api_route(
+        "/webchat/frame", methods=GET_AND_HEAD, response_class=HTMLResponse, include_in_schema=False
+    )
     async def frame() -> HTMLResponse:
         return HTMLResponse(frame_html, headers=framed)
 
     for name, asset in files.items():
         router.add_api_route(
-            f"/webchat/{name}", asset.response, methods=["GET"], include_in_schema=False
+            f"/webchat/{name}", asset.response, methods=GET_AND_HEAD, include_in_schema=False
         )
 
     return router

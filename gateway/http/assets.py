@@ -18,6 +18,9 @@ from fastapi import Request, Response
 
 # Browsers check back after this long; the ETag makes the check cheap.
 DEFAULT_CACHE = "no-cache"
+# What a file or page without side effects answers: HEAD is a GET whose body the server
+# leaves out (uvicorn does), so link checkers and `curl -I` see the real headers.
+GET_AND_HEAD = ["GET", "HEAD"]
 
 
 @dataclass(frozen=True)

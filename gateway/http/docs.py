@@ -8,12 +8,12 @@ ours, `init.js`, is a file like the rest.
 from __future__ import annotations
 
 import functools
-import hashlib
-from dataclasses import dataclass
 from importlib.resources import files
 
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.responses import HTMLResponse
+
+from gateway.http.assets import GET_AND_HEAD, Asset
 
 __all__ = ["DOCS_CSP", "router"]
 
@@ -58,13 +58,6 @@ INIT_JS = """window.ui = SwaggerUIBundle({
 """
 
 
-@dataclass(frozen=True, slots=True)
-class Asset:
-    body: bytes
-    media_type: str
-    etag: str
-
-
 _MEDIA_TYPES = {
     "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
     "swagger-ui.css": "text/css; charset=utf-8",
@@ -80,23 +73,19 @@ async def docs() -> HTMLResponse:
     return HTMLResponse(PAGE, headers={"Content-Security-Policy": DOCS_CSP})
 
 
-@router.get("/docs/assets/{name}")
+@router.api_route("/docs/assets/{name}", methods=GET_AND_HEAD)
 async def asset(name: str, request: Request) -> Response:
     if name not in _MEDIA_TYPES:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "no such docs asset")
-    found = _load(name)
-    headers = {"Cache-Control": CACHE_CONTROL, "ETag": found.etag}
-    if request.headers.get("if-none-match") == found.etag:
-        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
-    return Response(found.body, media_type=found.media_type, headers=headers)
+    return _load(name).response(request)
 
 
 @functools.cache
 def _load(name: str) -> Asset:
-    # Read once per process: the files only change when the package is upgraded.
+    # Read (and gzipped) on first use, once per process: the files only change when the
+    # package is upgraded, and most gateways never serve them.
     if name == "init.js":
         body = INIT_JS.encode()
     else:
         body = (files("fastapi_offline") / "static" / name).read_bytes()
-    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-    return Asset(body, _MEDIA_TYPES[name], etag)
+    return Asset(body, _MEDIA_TYPES[name], {"Cache-Control": CACHE_CONTROL})

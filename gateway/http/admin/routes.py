@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request, Response, WebSocket, WebSocketDis
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.http.assets import Asset
+from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.deps import OperatorsDep, ServicesDep
 from gateway.http.operators import OperatorAuth
 from gateway.http.problems import ApiError, responses
@@ -95,7 +95,7 @@ async def dashboard(request: Request, operators: OperatorsDep) -> Response:
     return _page("admin.html", csrf=operator.csrf)
 
 
-@router.get("/admin/static/{name}")
+@router.api_route("/admin/static/{name}", methods=GET_AND_HEAD)
 async def static_file(name: str, request: Request) -> Response:
     found = _FILES.get(name)
     if found is None:
