@@ -84,13 +84,17 @@ class HoldingLine(Line):
             server_side.on_message(lambda frame: self._from_server(page_side, frame))
 
     def _from_server(self, page_side: WebSocketRoute, frame: str | bytes) -> None:
+        if not any(side is page_side for side, _ in self._open):
+            # Cut while the frame was on its way. A real socket never brings a later
+            # frame once earlier ones are lost, so nothing more gets through.
+            return
         if self.holding and isinstance(frame, str) and json.loads(frame)["type"] == "message":
             self.held.append(frame)
         else:
             page_side.send(frame)
 
     async def cut(self, *, stay_down: bool) -> None:
-        """Cut the socket; what was held is lost with it."""
+        """Cut the socket; what was held is lost with it, and so is what was still coming."""
         self.holding = False
         await super().cut(stay_down=stay_down)
 
