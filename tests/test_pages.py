@@ -183,6 +183,8 @@ async def test_the_docs_and_their_assets_are_served_from_the_installed_package(
     assert bundle.headers["content-encoding"] == "gzip"
     assert int(bundle.headers["content-length"]) < len(bundle.content) / 3
     assert (head.status_code, head.content) == (200, b"")
+    # A picture gzip would only make larger goes as it is.
+    assert "content-encoding" not in assets["favicon.png"].headers
     assert head.headers["etag"] == bundle.headers["etag"]
     assert again.status_code == 304
     assert again.content == b""

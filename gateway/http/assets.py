@@ -28,12 +28,13 @@ class Asset:
     body: bytes
     media_type: str
     headers: Mapping[str, str] = field(default_factory=dict)
-    gzipped: bytes = field(init=False)
+    gzipped: bytes | None = field(init=False)  # None: gzip would not make it smaller
     etag: str = field(init=False)
 
     def __post_init__(self) -> None:
         # mtime=0: the same bytes, and the same ETag, on every replica and every start.
-        object.__setattr__(self, "gzipped", gzip.compress(self.body, 9, mtime=0))
+        packed = gzip.compress(self.body, 9, mtime=0)
+        object.__setattr__(self, "gzipped", packed if len(packed) < len(self.body) else None)
         digest = hashlib.sha256(self.body).hexdigest()[:32]
         object.__setattr__(self, "etag", f'"{digest}"')
 
@@ -42,16 +43,17 @@ class Asset:
         return cls(path.read_bytes(), media_type, headers)
 
     def response(self, request: Request) -> Response:
-        packed = _takes_gzip(request.headers.get("accept-encoding", ""))
+        takes = _takes_gzip(request.headers.get("accept-encoding", ""))
+        packed = self.gzipped if takes else None
         # Each encoding is other bytes, so another strong ETag (RFC 9110, 8.8.3).
-        etag = self.etag[:-1] + '-gz"' if packed else self.etag
+        etag = self.etag if packed is None else self.etag[:-1] + '-gz"'
         headers = {"ETag": etag, "Cache-Control": DEFAULT_CACHE, "Vary": "Accept-Encoding"}
         headers |= self.headers
         if etag in _etags(request.headers.get("if-none-match", "")):
             return Response(status_code=304, headers=headers)
-        if packed:
+        if packed is not None:
             headers["Content-Encoding"] = "gzip"
-            return Response(self.gzipped, media_type=self.media_type, headers=headers)
+            return Response(packed, media_type=self.media_type, headers=headers)
         return Response(self.body, media_type=self.media_type, headers=headers)
 
 
