@@ -7,8 +7,8 @@ hold at the edge, the same on SQLite and Postgres:
   and can fix it (`StorableText`, `refuse_unstorable`).
 - A correctly signed platform event is cleaned instead (`clean`, `load_platform_json`):
   NUL characters are dropped; lone surrogates, non-characters and invalid UTF-8 become
-  U+FFFD, so the message is stored and the platform gets its 2xx rather than retrying
-  for hours.
+  U+FFFD; NaN, ±Infinity and integers past 64 bits become null; so the message is stored
+  and the platform gets its 2xx rather than retrying for hours.
 
 Numbers that reach a query are bounded to what a 64-bit column holds (`MAX_INT64`).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from typing import Annotated, Any, overload
 
@@ -26,12 +27,13 @@ from gateway.errors import InputError
 from gateway.messages import Inbound
 
 MAX_INT64 = 2**63 - 1
+MIN_INT64 = -(2**63)
 # Platform payloads nest a handful of levels; anything deeper is not one of them.
 MAX_JSON_DEPTH = 64
 
 
 class MalformedJSON(InputError):
-    """A body that is not JSON we can take: invalid, NaN/Infinity, or nested too deep."""
+    """A body that is not JSON we can take: invalid, or nested too deep."""
 
 
 # Unicode's non-characters (U+FDD0–U+FDEF and the last two code points of every plane):
@@ -82,17 +84,49 @@ def refuse_unstorable(text: str) -> str:
 StorableText = Annotated[str, AfterValidator(refuse_unstorable)]
 
 
-def load_platform_json(body: bytes) -> Any:
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlatformJSON:
+    """A signed platform body as clean JSON values."""
+
+    data: Any
+    # How many numbers no column holds (NaN, ±Infinity, integers past 64 bits) it carried,
+    # each read as null: a connector that then cannot read the event knows a retry would
+    # carry the same numbers.
+    nulled_numbers: int
+
+
+def load_platform_json(body: bytes) -> PlatformJSON:
     """A signed platform body as clean JSON values; `MalformedJSON` if it is not JSON."""
+    nulled = 0
+
+    def null(_: str) -> None:
+        nonlocal nulled
+        nulled += 1
+
+    def integer(digits: str) -> int | None:
+        # The digits counted before int() reads them: past 4,300 digits it refuses.
+        if len(digits.lstrip("-")) <= 19 and MIN_INT64 <= (value := int(digits)) <= MAX_INT64:
+            return value
+        null(digits)
+        return None
+
+    def real(text: str) -> float | None:
+        value = float(text)  # 1e999 reads as infinity
+        if math.isfinite(value):
+            return value
+        null(text)
+        return None
+
     try:
-        data = json.loads(body.decode("utf-8", "replace"), parse_constant=_no_constant)
+        data = json.loads(
+            body.decode("utf-8", "replace"),
+            parse_constant=null,
+            parse_int=integer,
+            parse_float=real,
+        )
     except (ValueError, RecursionError):
         raise MalformedJSON("body is not JSON") from None
-    return _cleaned(data, 0)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    return PlatformJSON(_cleaned(data, 0), nulled)
 
 
 def _cleaned(value: Any, depth: int) -> Any:

@@ -239,7 +239,8 @@ def test_web_chat_socket_refuses_odd_tokens(server: FuzzServer, odd: str) -> Non
 
 
 def check_signed_case(server: FuzzServer, case: cases.PlatformCase, ascii_only: bool) -> None:
-    """A correctly signed payload: well-shaped → 200; malformed may get a 4xx, never a
+    """A correctly signed payload: well-shaped (numbers no column holds in fields Parley
+    does not read included) → 200; malformed may get a 4xx, never a
     5xx; stored at most once (exactly once when its text must be), clean, and answered;
     a well-shaped one stored as sent, cleaned."""
     body = cases.payload_bytes(case.build(cases.fresh_id()), ascii_only)
@@ -290,6 +291,12 @@ def check_signed_case(server: FuzzServer, case: cases.PlatformCase, ascii_only: 
     case=TelegramCase("text", "hi", "Ann", None, ((("$root", "update_id"), 2**64),)),
     ascii_only=True,
 )
+@example(
+    case=TelegramCase(
+        "text", "hi", "Ann", None, (), ((("$msg", "sender_boost_count"), float("nan")),)
+    ),
+    ascii_only=True,
+)
 def test_signed_telegram_updates_are_stored_clean(
     server: FuzzServer, case: TelegramCase, ascii_only: bool
 ) -> None:
@@ -308,6 +315,9 @@ def test_signed_telegram_updates_are_stored_clean(
 )
 @example(case=WhatsAppCase("text", "hi", "Kim", ((("$msg", "from"), "1555\x00"),)), ascii_only=True)
 @example(case=WhatsAppCase("text", "hi", "Kim", ((("$msg", "id"), "w" * 300),)), ascii_only=True)
+@example(
+    case=WhatsAppCase("text", "hi", "Kim", (), ((("$msg", "x_count"), 2**64),)), ascii_only=True
+)
 def test_signed_whatsapp_notifications_are_stored_clean(
     server: FuzzServer, case: WhatsAppCase, ascii_only: bool
 ) -> None:

@@ -31,7 +31,7 @@ def test_edits_keep_untouched_lines_identical_with_their_evidence_and_retire_the
         Shorten(3, "fact 3, short"),
         Replace((5, 6), "facts 5 and 6"),
     ]
-    kept, retired = apply_edits(FACTS, edits)
+    kept, retired = apply_edits(FACTS, edits, shrink=True)
 
     assert [fact.text for fact in kept] == [
         LINES[0],
@@ -70,7 +70,7 @@ def test_edits_keep_untouched_lines_identical_with_their_evidence_and_retire_the
 )
 def test_an_invalid_edit_rejects_the_whole_answer(edits: list[Edit], reason: str) -> None:
     with pytest.raises(EditError, match=reason):
-        apply_edits(FACTS, [Remove((8,)), *edits])
+        apply_edits(FACTS, [Remove((8,)), *edits], shrink=True)
 
 
 @pytest.mark.parametrize(
@@ -95,3 +95,14 @@ def test_malformed_edit_answers_are_refused(answer: str) -> None:
 def test_edit_answers_in_a_code_fence_are_read() -> None:
     answer = '```json\n{"edits": [{"remove": [1, 2]}, {"shorten": 3, "to": "x"}]}\n```'
     assert parse_edits(answer) == [Remove((1, 2)), Shorten(3, "x")]
+
+
+def test_a_correction_may_be_longer_but_a_shortened_line_may_not() -> None:
+    longer = LINES[1] + ", corrected at length"
+    kept, retired = apply_edits(FACTS, [Replace((2,), longer)], shrink=False)
+
+    assert [fact.text for fact in kept] == [LINES[0], longer, *LINES[2:]]
+    assert kept[1].sources == FACTS[1].sources
+    assert retired == [(FACTS[1], "replaced")]
+    with pytest.raises(EditError, match="replace the line"):
+        apply_edits(FACTS, [Shorten(2, longer)], shrink=False)

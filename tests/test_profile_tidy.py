@@ -154,6 +154,10 @@ async def test_a_tidy_makes_at_most_two_passes(env: Env, llm: FakeLLM) -> None:
         '{"edits": [{"shorten": 2, "to": "a much, much longer line than the one it replaces '
         + "y" * 200
         + '"}]}',
+        # An operator may correct a line with a longer one; tidying must shrink.
+        '{"edits": [{"replace": [2], "with": "a much, much longer line than the one it replaces '
+        + "y" * 200
+        + '"}]}',
     ],
 )
 async def test_a_bad_answer_changes_nothing_and_backs_off(env: Env, llm: FakeLLM, bad: str) -> None:

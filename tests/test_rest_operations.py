@@ -52,6 +52,58 @@ async def test_pairing_requests_are_approved_and_rejected(
     assert "now may I?" in str(llm.requests[0]["messages"][-1])
 
 
+async def test_pairing_requests_are_listed_a_page_at_a_time_oldest_first(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        pairings, now = gw.services.repos.pairings, gw.services.clock.now()
+        asked = [
+            # Two asked at the very same moment: the page boundary falls between them.
+            (now - timedelta(minutes=5), "p1"),
+            (now - timedelta(minutes=3), "p2"),
+            (now - timedelta(minutes=3), "p3"),
+            (now - timedelta(minutes=1), "p4"),
+            (now - timedelta(days=2), "expired"),
+        ]
+        for at, who in asked:
+            await pairings.request_pairing(
+                "telegram", who, who, now=at, ttl=timedelta(hours=1), cap=10
+            )
+        url = "/api/v1/pairing"
+        whole = await gw.http.get(url, headers=ADMIN)
+        first = await gw.http.get(url, params={"limit": 2}, headers=ADMIN)
+        second = await gw.http.get(
+            url, params={"limit": 2, "cursor": first.json()["next_cursor"]}, headers=ADMIN
+        )
+        for _ in range(2):
+            await gw.visitor()
+        sessions = await gw.http.get("/api/v1/sessions", params={"limit": 1}, headers=ADMIN)
+        refused = [
+            await gw.http.get(url, params=params, headers=ADMIN)
+            for params in (
+                {"cursor": "not-a-cursor"},
+                {"cursor": first.json()["next_cursor"] + "x"},
+                {"cursor": sessions.json()["next_cursor"]},  # another list's
+                {"limit": 0},
+                {"limit": 501},
+            )
+        ]
+
+    assert whole.status_code == 200, whole.text
+    assert set(whole.json()) == {"items", "next_cursor"}
+    assert whole.json()["next_cursor"] is None
+    everyone = [item["external_id"] for item in whole.json()["items"]]
+    assert everyone[0] == "p1"
+    assert everyone[-1] == "p4"
+    assert sorted(everyone) == ["p1", "p2", "p3", "p4"]
+    assert isinstance(first.json()["next_cursor"], str)
+    assert second.json()["next_cursor"] is None
+    paged = first.json()["items"] + second.json()["items"]
+    assert [item["external_id"] for item in paged] == everyone
+    assert [r.status_code for r in refused] == [422] * 5
+    assert [r.json()["error"]["code"] for r in refused[:3]] == ["invalid_cursor"] * 3
+
+
 async def test_two_people_are_merged_and_unlinked_again(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:

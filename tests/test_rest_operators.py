@@ -180,12 +180,10 @@ async def test_the_profile_is_edited_by_line_against_its_etag(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
-        _, session = await gw.visitor()
-        user_id = (await gw.http.get(f"/api/v1/sessions/{session}", headers=ADMIN)).json()[
-            "user_id"
-        ]
+        user_id = await _person_with_profile(
+            gw, ["Lives in Lyon, France, near the river", "Has a cat"]
+        )
         url = f"/api/v1/users/{user_id}/profile"
-        await _seed_profile(gw, user_id, ["Lives in Lyon, France, near the river", "Has a cat"])
         read = await gw.http.get(url, headers=ADMIN)
         etag = read.headers["ETag"]
         edits = {"edits": [{"shorten": 1, "to": "Lives in Lyon"}]}
@@ -215,10 +213,55 @@ async def test_the_profile_is_edited_by_line_against_its_etag(
     ]
 
 
-async def _seed_profile(gw: Gateway, user_id: str, lines: list[str]) -> None:
+async def test_an_operator_corrects_a_line_with_a_longer_one(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    """Only tidying must shrink the profile: an operator's correction may be longer. The
+    revision still guards the edit, and the replaced line goes to the retired facts."""
+    corrected = "Tomas moved from Oslo to Bergen last spring"
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        user_id = await _person_with_profile(gw, ["Tomas lives in Oslo", "Has a cat"])
+        url = f"/api/v1/users/{user_id}/profile"
+        etag = (await gw.http.get(url, headers=ADMIN)).headers["ETag"]
+        replace = {"edits": [{"replace": [1], "with": corrected}]}
+        edited = await gw.http.patch(url, json=replace, headers=ADMIN | {"If-Match": etag})
+        stale = await gw.http.patch(url, json=replace, headers=ADMIN | {"If-Match": etag})
+        # `shorten` says what it does: a longer text is a replacement.
+        lengthen = await gw.http.patch(
+            url,
+            json={"edits": [{"shorten": 2, "to": "Has a cat called Mons"}]},
+            headers=ADMIN | {"If-Match": edited.headers["ETag"]},
+        )
+        now = await gw.http.get(url, headers=ADMIN)
+        retired = await gw.http.get(f"/api/v1/users/{user_id}/retired-facts", headers=ADMIN)
+        changes = await gw.http.get(f"{url}/changes", headers=ADMIN)
+
+    assert edited.status_code == 200, edited.text
+    assert [line["text"] for line in edited.json()["lines"]] == [corrected, "Has a cat"]
+    assert stale.status_code == 412
+    assert lengthen.status_code == 422
+    assert "replace" in lengthen.json()["error"]["message"]
+    assert [line["text"] for line in now.json()["lines"]] == [corrected, "Has a cat"]
+    assert [(f["text"], f["reason"]) for f in retired.json()["items"]] == [
+        ("Tomas lives in Oslo", "replaced")
+    ]
+    newest = changes.json()["items"][0]
+    assert (newest["by"], newest["added"], newest["removed"]) == (
+        "operator",
+        [corrected],
+        ["Tomas lives in Oslo"],
+    )
+
+
+async def _person_with_profile(gw: Gateway, lines: list[str]) -> str:
+    """A new web chat visitor's user id, their profile holding `lines`."""
+    _, session = await gw.visitor()
+    detail = await gw.http.get(f"/api/v1/sessions/{session}", headers=ADMIN)
+    user_id: str = detail.json()["user_id"]
     facts = [Fact(line) for line in lines]
     now = gw.services.clock.now()
     await gw.services.profiles.append(uuid.UUID(user_id), facts, now, chunk_id=None)
+    return user_id
 
 
 async def test_search_timeline_and_chunks_over_an_archived_conversation(

@@ -36,7 +36,7 @@ from gateway.channels.split import utf16_length
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError
 from gateway.messages import ChatRef, Outbound
 from gateway.settings import Settings, TelegramMode
-from gateway.text import MalformedJSON, load_platform_json
+from gateway.text import load_platform_json
 
 log = structlog.get_logger(__name__)
 
@@ -133,20 +133,35 @@ class TelegramConnector:
         if not expected or not hmac.compare_digest(given.encode(), expected):
             raise HTTPException(status.HTTP_403_FORBIDDEN, f"wrong {SECRET_HEADER}")
 
-    def parse(self, body: bytes) -> Update:
+    async def take(self, body: bytes) -> None:
+        """Read a signed webhook body and hand its update to the core; `InputError` if it
+        is not an update Parley can read.
+
+        NaN, Infinity or an integer past 64 bits in a field Parley reads (an id, the
+        update's own id) leaves the update unreadable for good: it is acknowledged and
+        ignored with a log line, since Telegram would only send the same numbers again.
+        """
+        parsed = load_platform_json(body)
         try:
-            data = load_platform_json(body)
-        except MalformedJSON as exc:
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+            await self.handle(self._update(parsed.data))
+        except InputError as exc:
+            if not parsed.nulled_numbers:
+                raise
+            log.warning(
+                "ignored a Telegram update with numbers Parley cannot read",
+                reason=str(exc),
+                numbers=parsed.nulled_numbers,
+            )
+
+    def _update(self, data: object) -> Update:
         if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, "not a Telegram update")
+            raise InputError("not a Telegram update")
         try:
             # PTB builds objects from whatever it is given and fails with whatever
             # Python raises on a wrong shape.
-            update = Update.de_json(data, self.bot)
+            return Update.de_json(data, self.bot)
         except (TypeError, KeyError, AttributeError, ValueError, OverflowError):
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, "not a Telegram update") from None
-        return update
+            raise InputError("not a Telegram update") from None
 
     async def handle(self, update: Update) -> None:
         """Hand an update's message to the core; returns once it is committed."""
@@ -240,9 +255,8 @@ def _router(connector: TelegramConnector) -> APIRouter:
         secret: Annotated[str | None, Header(alias=SECRET_HEADER)] = None,
     ) -> Response:
         connector.verify_secret(secret)
-        update = connector.parse(await request.body())
         try:
-            await connector.handle(update)
+            await connector.take(await request.body())
         except InputError as exc:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
         return Response(status_code=status.HTTP_200_OK)

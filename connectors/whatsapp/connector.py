@@ -85,12 +85,19 @@ class WhatsAppConnector:
         except signature.BadSignature as exc:
             raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from None
         try:
-            data = load_platform_json(body)
+            parsed = load_platform_json(body)
         except MalformedJSON as exc:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
-        if not isinstance(data, dict):
+        if not isinstance(parsed.data, dict):
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "body is not a JSON object")
-        return parse(data, self._phone_number_id)
+        if parsed.nulled_numbers:
+            # Read leniently, a message whose id or sender became null is skipped and
+            # the rest stored: WhatsApp would only send the same numbers again.
+            log.info(
+                "read numbers no column holds in a WhatsApp notification as null",
+                numbers=parsed.nulled_numbers,
+            )
+        return parse(parsed.data, self._phone_number_id)
 
     async def handle(self, notification: Notification) -> None:
         """Commit every message and receipt; returns once they are stored."""

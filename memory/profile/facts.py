@@ -1,9 +1,9 @@
 """A person's profile: lasting facts, one per line, changed only by validated edits.
 
-Lines are appended by extraction and changed by tidying or by the person (`/forget`),
-always as edits against a revision: an edit based on an older revision is refused
-rather than overwriting newer lines. Every line an edit removes or shortens is first
-copied, word for word, to the append-only retired facts.
+Lines are appended by extraction and changed by tidying, by the person (`/forget`) or
+by an operator, always as edits against a revision: an edit based on an older revision
+is refused rather than overwriting newer lines. Every line an edit removes, shortens or
+replaces is first copied, word for word, to the append-only retired facts.
 """
 
 from __future__ import annotations
@@ -135,12 +135,15 @@ def clean_fact(text: str) -> str | None:
 
 
 def apply_edits(
-    facts: Sequence[Fact], edits: Sequence[Edit]
+    facts: Sequence[Fact], edits: Sequence[Edit], *, shrink: bool
 ) -> tuple[list[Fact], list[tuple[Fact, str]]]:
     """The new lines and the (line, reason) pairs retired, or `EditError`.
 
-    Untouched lines come through as the very same facts, evidence and all; a shortened
-    line keeps its evidence, a line that replaces several carries all of theirs.
+    A shortened line must be shorter; with `shrink` (tidying, which must make the profile
+    smaller) so must a line that replaces others, while an operator's replacement may be
+    a longer, corrected text. Untouched lines come through as the very same facts,
+    evidence and all; a shortened line keeps its evidence, a line that replaces several
+    carries all of theirs.
     """
     lines = [fact.text for fact in facts]
     touched: dict[int, Edit] = {}
@@ -159,8 +162,9 @@ def apply_edits(
             if text is None or text != edit.text:
                 raise EditError("a new line must be one non-empty line of text")
             before = sum(len(lines[n - 1]) for n in numbers)
-            if len(text) >= before:
-                raise EditError(f"the new text for line(s) {list(numbers)} is not shorter")
+            if (shrink or isinstance(edit, Shorten)) and len(text) >= before:
+                hint = "" if shrink else " (replace the line to write a longer one)"
+                raise EditError(f"the new text for line(s) {list(numbers)} is not shorter{hint}")
     kept: list[Fact] = []
     retired: list[tuple[Fact, str]] = []
     for number, fact in enumerate(facts, 1):

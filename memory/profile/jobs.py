@@ -136,7 +136,7 @@ class ProfileJobs:
         system = TIDY_SYSTEM.replace("{target}", f"{self._limits.tidy_target_chars:,}")
         edits = parse_edits(await self._model.complete(system, prompt, 4_000))
         return await self._profiles.edit(
-            profile.user_id, profile.revision, edits, self._now(), by=BY_TIDY
+            profile.user_id, profile.revision, edits, self._now(), by=BY_TIDY, shrink=True
         )
 
     async def _failed(self, user_id: uuid.UUID, exc: Exception) -> None:

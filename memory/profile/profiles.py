@@ -130,14 +130,16 @@ class Profiles:
         now: datetime,
         *,
         by: str,
+        shrink: bool = False,
     ) -> ProfileView:
         """Apply edits made against `revision`, `by` someone ("operator"); `StaleRevision`
-        if it moved on."""
+        if it moved on. With `shrink` (tidying) every new line must be shorter than what
+        it replaces; a person's correction may be longer."""
         async with self._sessions() as session:
             row = await _locked(session, user_id, now)
             if row.revision != revision:
                 raise StaleRevision(revision, row.revision)
-            kept, retired = apply_edits(_view(user_id, row).facts, edits)
+            kept, retired = apply_edits(_view(user_id, row).facts, edits, shrink=shrink)
             session.add_all(
                 RetiredFact(
                     user_id=user_id,

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.codes import new_code, normalise_code
@@ -139,12 +139,25 @@ class Pairings:
             await session.commit()
             return pairing
 
-    async def pending_pairings(self, *, now: datetime) -> list[Pairing]:
+    async def pending_pairings(
+        self, *, now: datetime, after: tuple[datetime, str] | None = None, limit: int | None = None
+    ) -> list[Pairing]:
+        """Requests waiting, oldest first (who asked first is answered first); a page
+        of `limit` starts `after` the (created_at, code) of the last one shown."""
         query = (
             select(PairingRequest)
             .where(pending(now))
-            .order_by(PairingRequest.created_at, PairingRequest.id)
+            .order_by(PairingRequest.created_at, PairingRequest.code)
+            .limit(limit)
         )
+        if after is not None:
+            at, code = after
+            query = query.where(
+                or_(
+                    PairingRequest.created_at > at,
+                    and_(PairingRequest.created_at == at, PairingRequest.code > code),
+                )
+            )
         async with self._sessions() as session:
             return [_pairing(row) for row in await session.scalars(query)]
 

@@ -119,8 +119,9 @@ class ReplaceIn(Input):
 
 
 class ProfileEdits(Input):
-    """Edits by line number, as the tidying model makes them; untouched lines stay
-    byte for byte, and every removed or shortened line is kept in retired facts."""
+    """Edits by line number, in the tidying model's language; untouched lines stay byte
+    for byte, and every removed, shortened or replaced line is kept in retired facts.
+    A shortened line must be shorter; a replacement may be longer (a correction)."""
 
     edits: list[RemoveIn | ShortenIn | ReplaceIn] = Field(min_length=1, max_length=1000)
 

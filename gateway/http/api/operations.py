@@ -56,10 +56,6 @@ class PairingOut(BaseModel):
         )
 
 
-class PairingList(BaseModel):
-    items: list[PairingOut]
-
-
 class JobOut(BaseModel):
     id: str
     kind: Literal["summarize", "extract", "tidy"]
@@ -84,15 +80,30 @@ class JobOut(BaseModel):
         )
 
 
+PairingPage = Page[PairingOut]
 JobPage = Page[JobOut]
 DeliveryPage = Page[OperatorMessage]
 
 
-@router.get("/pairing")
-async def list_pairing(services: ServicesDep) -> PairingList:
-    """Requests waiting for an operator (a channel holds a few at most)."""
-    waiting = await services.repos.pairings.pending_pairings(now=services.clock.now())
-    return PairingList(items=[PairingOut.of(p) for p in waiting])
+@router.get("/pairing", responses=responses(422))
+async def list_pairing(
+    services: ServicesDep,
+    cursors: CursorsDep,
+    limit: LimitQuery = 50,
+    cursor: CursorQuery = None,
+) -> PairingPage:
+    """Requests waiting for an operator, oldest first."""
+    key = scope("pairing")
+    after = cursors.read(key, cursor)
+    waiting = await services.repos.pairings.pending_pairings(
+        now=services.clock.now(),
+        after=None if after is None else (datetime.fromisoformat(after[0]), after[1]),
+        limit=limit + 1,
+    )
+    shown, next_cursor = cursors.cut(
+        key, waiting, limit, lambda pairing: [pairing.created_at.isoformat(), pairing.code]
+    )
+    return PairingPage(items=[PairingOut.of(p) for p in shown], next_cursor=next_cursor)
 
 
 @router.post(

@@ -1,8 +1,10 @@
 """Telegram updates and WhatsApp notifications with fuzzed text, names and fields, and
 what the gateway must store for each when it comes correctly signed.
 
-A case is built on the fakes' own update shapes (`tests/fakes`), then its mutations
-change, drop or retype single fields; `build` gives each run fresh platform ids, so no
+A case is built on the fakes' own update shapes (`tests/fakes`), with numbers no
+column holds (NaN, Infinity, integers past 64 bits) in fields Parley does not read
+(`noise`, which a well-shaped case may carry), then its mutations change, drop or
+retype single fields; `build` gives each run fresh platform ids, so no
 run meets an earlier one's redelivery check or a chat's send pacing.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -126,6 +129,7 @@ class TelegramCase:
     first_name: str
     last_name: str | None
     mutations: tuple[Mutation, ...]
+    noise: tuple[Mutation, ...] = ()
 
     channel: ClassVar[str] = "telegram"
 
@@ -162,7 +166,9 @@ class TelegramCase:
         if self.kind == "edit":
             message["edit_date"] = 1_700_000_100
             update["edited_message"] = update.pop("message")
-        _apply({"$root": update, "$msg": message}, self.mutations)
+        anchors = {"$root": update, "$msg": message}
+        _apply(anchors, self.noise)
+        _apply(anchors, self.mutations)
         return update
 
 
@@ -192,6 +198,25 @@ _TELEGRAM_PATHS: tuple[tuple[str, ...], ...] = (
 odd_values = st.one_of(
     json_scalars,
     st.sampled_from([[], {}, [1], {"a": 1}, "", -1, 0, 2**64, 10**30, INT64_MAX + 1]),
+)
+# Numbers no column holds; a correctly signed payload carries them in fields Parley does
+# not read without harm.
+_unholdable_numbers = st.sampled_from(
+    [math.nan, math.inf, -math.inf, INT64_MAX + 1, -INT64_MAX - 2, 2**64, 10**30]
+)
+
+
+def _noise(paths: tuple[tuple[str, ...], ...]) -> st.SearchStrategy[tuple[Mutation, ...]]:
+    return st.lists(st.tuples(st.sampled_from(paths), _unholdable_numbers), max_size=2).map(tuple)
+
+
+telegram_noise = _noise(
+    (
+        ("$root", "x_count"),
+        ("$msg", "sender_boost_count"),
+        ("$msg", "from", "x_count"),
+        ("$msg", "chat", "x_count"),
+    )
 )
 _entity_offsets = st.one_of(st.integers(-2, 12), st.sampled_from(BOUNDARY_INTS))
 entity_lists = st.lists(
@@ -252,6 +277,7 @@ def telegram_cases(draw: st.DrawFn) -> TelegramCase:
         first_name=draw(names),
         last_name=draw(st.one_of(st.none(), names)),
         mutations=draw(st.one_of(st.just(()), st.just(()), telegram_mutations)),
+        noise=draw(telegram_noise),
     )
 
 
@@ -264,6 +290,7 @@ class WhatsAppCase:
     text: str
     name: str
     mutations: tuple[Mutation, ...]
+    noise: tuple[Mutation, ...] = ()
 
     channel: ClassVar[str] = "whatsapp"
 
@@ -310,6 +337,7 @@ class WhatsAppCase:
         value = change["value"]
         anchors = {"$root": root, "$entry": entry, "$change": change, "$value": value}
         anchors |= {"$contact": value["contacts"][0], "$msg": value["messages"][0]}
+        _apply(anchors, self.noise)
         _apply(anchors, self.mutations)
         return root
 
@@ -333,6 +361,15 @@ _WHATSAPP_PATHS: tuple[tuple[str, ...], ...] = (
     ("$msg", "type"),
     ("$msg", "text"),
     ("$msg", "context"),
+)
+whatsapp_noise = _noise(
+    (
+        ("$root", "x_count"),
+        ("$entry", "time"),
+        ("$value", "x_count"),
+        ("$contact", "x_count"),
+        ("$msg", "x_count"),
+    )
 )
 whatsapp_mutations = st.lists(
     st.tuples(
@@ -377,4 +414,5 @@ def whatsapp_cases(draw: st.DrawFn) -> WhatsAppCase:
         text=draw(message_texts(PLATFORM_TEXT_LIMIT)),
         name=draw(st.one_of(plain_text, fuzz_text)),
         mutations=draw(st.one_of(st.just(()), st.just(()), whatsapp_mutations)),
+        noise=draw(whatsapp_noise),
     )

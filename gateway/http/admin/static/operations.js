@@ -1,14 +1,14 @@
 // Work that waits on an operator: pairing requests, failed deliveries, stuck jobs.
 import { api, get } from "./api.js";
 import { action, h, say, show, when } from "./dom.js";
-import { pairingList } from "./pairing.js";
+import { pairingList, waitingRequests } from "./pairing.js";
 
 export async function operationsPage() {
   const pairing = h("section", {}, h("h2", {}, "Pairing requests"));
   const deliveries = h("section", {}, h("h2", {}, "Failed deliveries"));
   const jobs = h("section", {}, h("h2", {}, "Archive and profile jobs that keep failing"));
   show("Operations", h("h1", {}, "Operations"), pairing, deliveries, jobs);
-  const requests = (await get("/pairing")).items;
+  const requests = await waitingRequests();
   pairing.append(requests.length ? pairingList(requests, operationsPage) : h("p", {}, "None waiting."));
   const failed = (await get("/deliveries?state=failed&limit=100")).items;
   deliveries.append(failed.length ? h("ul", { class: "list" }, failed.map((m) => h("li", { "data-message": m.id },

@@ -4,7 +4,7 @@ import { identityBadges, stateBadges } from "./badges.js";
 import { conversation } from "./conversation.js";
 import { h, refresh, show, when } from "./dom.js";
 import { memory } from "./memory.js";
-import { pairingList } from "./pairing.js";
+import { pairingList, waitingRequests } from "./pairing.js";
 
 const NEEDS = [["", "everyone"], ["reply", "awaiting a reply"], ["delivery", "a failed delivery"],
   ["archive", "an archive error"], ["pairing", "a pairing request"]];
@@ -34,9 +34,9 @@ export async function peoplePage(params) {
   if (q) query.set("q", q);
   if (needs) query.set("needs", needs);
   const [page, requests] = await Promise.all([get("/users?" + query),
-    !q && (!needs || needs === "pairing") ? get("/pairing") : { items: [] }]);
-  if (requests.items.length) {
-    asking.append(h("h2", {}, "Asking to be let in"), pairingList(requests.items, refresh),
+    !q && (!needs || needs === "pairing") ? waitingRequests() : []]);
+  if (requests.length) {
+    asking.append(h("h2", {}, "Asking to be let in"), pairingList(requests, refresh),
       h("h2", {}, needs ? "Known people with a request" : "Everyone"));
   }
   if (!page.items.length) list.append(h("li", {}, q || needs ? "Nobody matches." : "Nobody yet."));
