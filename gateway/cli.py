@@ -44,10 +44,10 @@ def serve() -> None:
 
     from gateway.app import create_app
     from gateway.http.server import server_config
-    from gateway.logs import configure_logging
+    from gateway.logs import configure_logging, secrets_of
 
     settings = _settings()
-    configure_logging(settings.log_level.value)
+    configure_logging(settings.log_level.value, secrets=secrets_of(settings))
     try:
         application = create_app(settings)
     except ParleyError as exc:
@@ -66,12 +66,12 @@ def serve() -> None:
 def worker() -> None:
     """Run archive jobs from Redis (PARLEY_REDIS_URL): an arq worker."""
     from gateway.jobs.arq_worker import run_worker
-    from gateway.logs import configure_logging
+    from gateway.logs import configure_logging, secrets_of
 
     settings = _settings()
     if not settings.redis_url:
         _fail("invalid setting PARLEY_REDIS_URL: `parley worker` needs Redis")
-    configure_logging(settings.log_level.value)
+    configure_logging(settings.log_level.value, secrets=secrets_of(settings))
     run_worker(settings)
 
 

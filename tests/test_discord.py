@@ -29,6 +29,7 @@ GUILD = Guild(id=7001, name="Family", channels=(7101, 7102))
 CHAT = GUILD.channels[0]
 FENCE = re.compile(r"^```", re.MULTILINE)
 FENCE_LINE = re.compile(r"^```.*$", re.MULTILINE)
+SUPPRESS_EMBEDS = 1 << 2  # a message flag
 
 
 @contextlib.asynccontextmanager
@@ -286,6 +287,31 @@ async def test_linking_a_discord_dm_with_a_web_chat_visitor_merges_their_histori
     assert len(sessions) == 1
     assert fake.typing  # "typing…" showed in the DM while the turn ran
     assert set(fake.typing) == {dm}
+
+
+async def test_discord_is_told_to_embed_no_link_for_any_message(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    public = "https://parley.example"
+    async with discord_gateway(database_url, tmp_path, llm, public_url=public) as (_, fake):
+        dm = fake.dm_channel(int(ANN["id"]))
+
+        async def say(text: str) -> str:
+            answered = len(fake.texts(dm)) + 1
+            await fake.dispatch("MESSAGE_CREATE", dc.message(ANN, dm, text))
+            await fake.wait_until(lambda f: len(f.texts(dm)) >= answered)
+            return fake.texts(dm)[-1]
+
+        await say("hello, see https://example.org/page")
+        link = await say("/export")
+        code = (await say("/erase")).split("/erase ")[1].split()[0]
+        done = await say(f"/erase {code}")
+
+    assert f"{public}/exports/" in link
+    assert done.startswith("Done")  # a notice, sent outside any turn
+    # A reply, command answers (one with the link) and a notice alike: Discord's
+    # crawler would otherwise open the link to embed it, and spend it.
+    assert [s.flags for s in fake.sent if s.channel_id == dm] == [SUPPRESS_EMBEDS] * 4
 
 
 async def test_one_replica_holds_the_gateway_connection_and_another_takes_over(

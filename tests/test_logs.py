@@ -1,18 +1,26 @@
 """`parley serve` logs one JSON line per request with a request id, formats the
-libraries' lines the same way, honours PARLEY_LOG_LEVEL and never logs message text."""
+libraries' lines the same way, honours PARLEY_LOG_LEVEL, and at no level logs message
+text or a secret (a setting's, or a one-time link's token in a path or query)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import signal
 from pathlib import Path
 from typing import Any
 
 import httpx
+from websockets.asyncio.client import connect
 
-from tests.support.process import free_port, parley_env, parley_serve
+from tests.fakes import telegram_api as tg
+from tests.fakes.llm_server import FakeLLM, Reply
+from tests.support.harness import ADMIN_TOKEN, next_frame
+from tests.support.process import REPO, free_port, parley_env, parley_serve, run_python
 
 SECRET_TEXT = "the words only the person and the model may read"
+LLM_KEY = "sk-test-key-that-must-not-leak"
 
 
 def _lines(stderr: str) -> list[dict[str, Any]]:
@@ -63,3 +71,141 @@ async def test_log_level_warning_keeps_info_lines_out(tmp_path: Path) -> None:
         _, stderr = process.communicate(timeout=30)
 
     assert not [line for line in _lines(stderr) if line["level"] in ("info", "debug")]
+
+
+async def test_secrets_in_paths_and_queries_stay_out_of_the_log(tmp_path: Path) -> None:
+    port = free_port()
+    env = parley_env(port=str(port), data_dir=str(tmp_path / "data"), log_level="info")
+    async with parley_serve(env, tmp_path) as process:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            visitor = (await client.post("/webchat/sessions")).json()["token"]
+            bearer = {"Authorization": f"Bearer {visitor}"}
+            answer = await client.post(
+                "/webchat/messages", json={"text": "/export"}, headers=bearer
+            )
+            match = re.search(r"/exports/([A-Za-z0-9_-]+)", answer.json()["reply"]["text"])
+            assert match is not None, answer.text
+            link, export_token = match.group(0), match.group(1)
+            # A HEAD or GET spends nothing: the token is still good while these are logged.
+            opened = [await client.head(link), await client.get(link)]
+            downloaded = await client.post(link)
+            spent = await client.get(link)
+            verify = await client.get(
+                "/webhooks/whatsapp",
+                params={"hub.mode": "subscribe", "hub.verify_token": "qzverifysecret"},
+            )
+        # The older way a socket gives its token: in the query string.
+        url = f"ws://127.0.0.1:{port}/webchat/ws?token={visitor}"
+        async with connect(url) as websocket:
+            assert (await next_frame(websocket))["type"] == "ready"
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+
+    assert [r.status_code for r in opened] == [200, 200]
+    assert downloaded.status_code == 200
+    assert spent.status_code == 404
+    assert verify.status_code == 404  # WhatsApp is not configured; the query is logged anyway
+    assert export_token not in stderr
+    assert visitor not in stderr
+    assert "qzverifysecret" not in stderr
+    lines = _lines(stderr)
+    exports = [
+        (a["method"], a["path"], a["status"]) for a in lines if "/exports/" in a.get("path", "")
+    ]
+    assert exports == [
+        ("HEAD", "/exports/[redacted]", 200),
+        ("GET", "/exports/[redacted]", 200),
+        ("POST", "/exports/[redacted]", 200),
+        ("GET", "/exports/[redacted]", 404),
+    ]
+    sockets = [a for a in lines if a.get("event") == "websocket"]
+    assert [(a["path"], a["status"]) for a in sockets] == [("/webchat/ws", 101)]
+
+
+async def test_at_debug_no_line_carries_a_secret_or_what_was_said(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    said, answered = "qzsaidword my cat is Tom", "qzansweredword Tom is a fine name"
+    llm.script(Reply(answered))
+    port = free_port()
+    async with tg.fake_telegram() as fake:
+        env = parley_env(
+            port=str(port),
+            data_dir=str(tmp_path / "data"),
+            database_url=database_url,
+            log_level="debug",
+            admin_token=ADMIN_TOKEN,
+            public_url="https://parley.example",
+            telegram_token=fake.token,
+            telegram_webhook_secret=tg.WEBHOOK_SECRET,
+            telegram_api_url=fake.base_url,
+            telegram_policy="open",
+            llm_provider="openai",
+            llm_base_url=llm.openai_base,
+            llm_api_key=LLM_KEY,
+            llm_model="fake-model",
+        )
+        async with parley_serve(env, tmp_path) as process:
+            assert process.stderr is not None
+            # Read as it comes: a debug log fills the pipe, and a full pipe stops the server.
+            reading = asyncio.create_task(asyncio.to_thread(process.stderr.read))
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                taken = await client.post(
+                    "/webhooks/telegram",
+                    json=tg.text_update(4242, said),
+                    headers={"X-Telegram-Bot-Api-Secret-Token": tg.WEBHOOK_SECRET},
+                )
+                await fake.wait_until(lambda f: f.texts(4242) == [answered])
+            process.send_signal(signal.SIGTERM)
+            stderr = await asyncio.wait_for(reading, timeout=30)
+
+    assert taken.status_code == 200
+    assert fake.calls_of("setWebhook")  # the secret went out, and could have been logged
+    events = {line["event"] for line in _lines(stderr)}
+    assert {"Telegram webhook registered", "request"} <= events  # the log was read whole
+    for secret in (tg.TOKEN, tg.WEBHOOK_SECRET, LLM_KEY, ADMIN_TOKEN):
+        assert secret not in stderr
+    assert "qzsaidword" not in stderr
+    assert "qzansweredword" not in stderr
+
+
+# A library this gateway does not know, writing secrets as libraries do: in a URL, in
+# parameters (plain and percent-encoded), in JSON, in a traceback.
+LEAKY_LIBRARY = """
+import logging, urllib.parse, structlog
+from gateway.logs import configure_logging, secrets_of
+from gateway.settings import load_settings
+
+settings = load_settings()
+configure_logging("debug", secrets=secrets_of(settings))
+bot = settings.telegram_token.get_secret_value()
+app_secret = settings.whatsapp_app_secret.get_secret_value()
+library = logging.getLogger("some.library")
+library.debug("POST https://api.example/bot%s/send", bot)
+library.info("params %r", {"app_secret": app_secret})
+library.info("body %s", urllib.parse.urlencode({"app_secret": app_secret}))
+structlog.get_logger("ours").warning("connecting", dsn=settings.database_url)
+try:
+    raise ValueError(f"refused key {settings.llm_api_key.get_secret_value()}")
+except ValueError:
+    library.exception("failed")
+"""
+
+
+def test_every_secret_of_the_settings_is_cut_out_of_any_line(tmp_path: Path) -> None:
+    env = parley_env(
+        data_dir=str(tmp_path / "data"),
+        telegram_token="123456789:AAleaky-library-token",
+        telegram_mode="polling",
+        whatsapp_app_secret='qz app/secret+with&marks"',
+        database_url="postgresql://parley:qzdbpassword@127.0.0.1:1/parley",
+        llm_api_key="sk-leaky-library-key",
+    )
+    done = run_python("-c", LEAKY_LIBRARY, env=env, cwd=REPO)
+
+    assert done.returncode == 0, done.stderr
+    lines = _lines(done.stderr)
+    assert len(lines) == 5, done.stderr
+    for secret in ("AAleaky-library-token", "qzdbpassword", "sk-leaky-library-key", "qz"):
+        assert secret not in done.stderr
+    assert [str(line).count("[redacted]") for line in lines] == [1, 1, 1, 1, 1], done.stderr

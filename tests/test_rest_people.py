@@ -143,8 +143,9 @@ async def test_a_person_exports_and_erases_themselves_from_a_chat(
             await _say(p, text)
         link = next(w for w in p.tg.texts(CHAT)[-1].split() if w.startswith("https://"))
         path = link.removeprefix("https://parley.example")
-        download = await p.gw.http.get(path)
-        twice = await p.gw.http.get(path)
+        # The link opens a page; its Download button posts (test_export_links).
+        download = await p.gw.http.post(path)
+        twice = await p.gw.http.post(path)
         await p.telegram(tg.text_update(CHAT, "/erase"))
         await p.tg.wait_until(lambda f: "/erase " in f.texts(CHAT)[-1])
         code = p.tg.texts(CHAT)[-1].split("/erase ")[1].split()[0]

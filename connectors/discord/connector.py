@@ -44,6 +44,10 @@ BOT_INTERVAL = 0.02
 TYPING_SECONDS = 8.0  # a typing indicator shows for 10 s
 RECONNECT_BASE_SECONDS = 1.0
 RECONNECT_MAX_SECONDS = 60.0
+# A message flag, on every message: Discord's servers fetch a link to embed it, and a
+# one-time link (an `/export`) is spent by that fetch before the person clicks it.
+# Which link in a reply is one-time is not known when sending.
+SUPPRESS_EMBEDS = 1 << 2
 PORTAL_SWITCH = (
     "Discord refused the message content intent: switch on 'Message Content Intent' under "
     "Bot → Privileged Gateway Intents in the developer portal"
@@ -218,6 +222,7 @@ class DiscordConnector:
             "content": outbound.text,
             # A model's "@everyone" or "<@id>" pings nobody.
             "allowed_mentions": {"parse": []},
+            "flags": SUPPRESS_EMBEDS,
             "nonce": f"p{outbound.message_id}.{outbound.part}",  # at most 25 characters
             "enforce_nonce": True,
         }
@@ -231,7 +236,11 @@ class DiscordConnector:
         return str(sent["id"])
 
     async def notify(self, chat: ChatRef, text: str) -> None:
-        payload: dict[str, object] = {"content": text, "allowed_mentions": {"parse": []}}
+        payload: dict[str, object] = {
+            "content": text,
+            "allowed_mentions": {"parse": []},
+            "flags": SUPPRESS_EMBEDS,
+        }
         await self._post(await self._channel_of(chat), payload)
 
     async def typing(self, chat: ChatRef) -> None:

@@ -3,7 +3,8 @@
 Updates arrive on our own route (`POST /webhooks/telegram`, the secret token header
 checked in constant time) or by long polling; either way an update is acknowledged
 only once the core has committed its message. Replies go out as plain text (never
-MarkdownV2, which fails on unescaped model output), split at 4096 UTF-16 units.
+MarkdownV2, which fails on unescaped model output), split at 4096 UTF-16 units, and
+without link previews.
 """
 
 # No `from __future__ import annotations`: FastAPI must evaluate the route signatures.
@@ -17,7 +18,7 @@ from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Header, HTTPException, Request, Response, status
-from telegram import Bot, ReplyParameters, Update
+from telegram import Bot, LinkPreviewOptions, ReplyParameters, Update
 from telegram.constants import ChatAction
 from telegram.error import ChatMigrated, InvalidToken, TelegramError
 
@@ -49,6 +50,10 @@ MAX_CHARS = 4096
 CHAT_INTERVAL = 1.0
 GROUP_INTERVAL = 3.0
 BOT_INTERVAL = 1 / 30
+# On every message: Telegram's servers fetch a link to preview it, and a one-time link
+# (an `/export`) is spent by that fetch before the person taps it. Which link in a reply
+# is one-time is not known when sending (the model may repeat one it was given).
+NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 
 
 def create(settings: Settings) -> "TelegramConnector":
@@ -210,7 +215,9 @@ class TelegramConnector:
             if message_id.isdigit():
                 reply = ReplyParameters(int(message_id), allow_sending_without_reply=True)
         try:
-            sent = await self.bot.send_message(target, outbound.text, reply_parameters=reply)
+            sent = await self.bot.send_message(
+                target, outbound.text, reply_parameters=reply, link_preview_options=NO_PREVIEW
+            )
         except TelegramError as exc:
             raise await self._delivery_error(target, exc) from None
         return message_key(sent.chat.id, sent.message_id)
@@ -218,7 +225,7 @@ class TelegramConnector:
     async def notify(self, chat: ChatRef, text: str) -> None:
         target = self._target(chat.group_id, chat.external_user_id)
         try:
-            await self.bot.send_message(target, text)
+            await self.bot.send_message(target, text, link_preview_options=NO_PREVIEW)
         except TelegramError as exc:
             raise await self._delivery_error(target, exc) from None
 

@@ -1,8 +1,9 @@
 """One line per request, with a request id that every log line of the request carries.
 
 The line names the method, the path without its query (a web chat token may ride in
-it), the status and the time taken; never a body. A client's own `X-Request-ID` is kept
-when it is a plausible id, so a request can be followed from a proxy's logs to ours.
+it) and with the secret of a one-time link cut out, the status and the time taken;
+never a body. A client's own `X-Request-ID` is kept when it is a plausible id, so a
+request can be followed from a proxy's logs to ours.
 """
 
 from __future__ import annotations
@@ -15,8 +16,15 @@ import structlog
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.channels.rights import EXPORT_PATH
+from gateway.logs import REDACTED
+
 HEADER = "x-request-id"
 _PLAUSIBLE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# Where a path carries a secret, all of it after this: the token of a one-time link a
+# person was given. (Other tokens ride in query strings, which are never logged.)
+# Matched anywhere in the path, so a prefix a proxy adds does not hide one.
+_SECRET_REST = re.compile("(" + re.escape(EXPORT_PATH) + ").+")
 
 log = structlog.get_logger("parley.access")
 
@@ -52,11 +60,16 @@ class AccessLog:
                 log.info(
                     "request" if scope["type"] == "http" else "websocket",
                     method=scope.get("method", "GET"),
-                    path=scope["path"],
+                    path=loggable_path(scope["path"]),
                     status=status,
                     ms=round((time.perf_counter() - started) * 1000, 1),
                     client=(scope.get("client") or ("", 0))[0],
                 )
+
+
+def loggable_path(path: str) -> str:
+    """`path` with the secrets it carries replaced."""
+    return _SECRET_REST.sub(r"\1" + REDACTED, path)
 
 
 def _request_id(scope: Scope) -> str:

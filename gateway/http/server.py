@@ -29,8 +29,10 @@ def server_config(app: Any, settings: Settings, *, host: str, port: int) -> uvic
         host=host,
         port=port,
         lifespan="on",
-        log_level=settings.log_level.value,
-        # Our logging (gateway.logs) formats uvicorn's lines; our access line replaces its.
+        # Our logging (gateway.logs) sets the levels and formats uvicorn's lines (a level
+        # here would undo its cap on uvicorn.error, where socket frames are written at
+        # debug); our access line replaces uvicorn's.
+        log_level=None,
         log_config=None,
         access_log=False,
         proxy_headers=True,

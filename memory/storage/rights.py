@@ -32,6 +32,18 @@ class Rights:
             await session.commit()
         return token
 
+    async def export_link_is_open(self, token: str, *, now: datetime) -> bool:
+        """Whether `token` would still open an export; spends nothing."""
+        async with self._sessions() as session:
+            found = await session.scalar(
+                select(ExportLink.token_hash).where(
+                    ExportLink.token_hash == _hash(token),
+                    ExportLink.used_at.is_(None),
+                    ExportLink.expires_at > now,
+                )
+            )
+        return found is not None
+
     async def redeem_export_link(self, token: str, *, now: datetime) -> uuid.UUID | None:
         """The person whose export `token` opens, once; None if unknown, used or expired."""
         async with self._sessions() as session:

@@ -149,6 +149,7 @@ class Sent:
     content: str
     nonce: str | None
     reference: dict[str, Any] | None
+    flags: int | None = None  # as sent: None when the message set none
 
 
 @dataclass
@@ -299,7 +300,11 @@ class FakeDiscord:
             status, payload, headers = self.fail_next_send.pop(0)
             return JSONResponse(payload, status, headers=headers)
         sent = Sent(
-            channel_id, body.get("content", ""), body.get("nonce"), body.get("message_reference")
+            channel_id,
+            body.get("content", ""),
+            body.get("nonce"),
+            body.get("message_reference"),
+            body.get("flags"),
         )
         created = message(BOT_USER, channel_id, sent.content)
         async with self._changed:

@@ -37,8 +37,12 @@ def parley_env(**settings: str) -> dict[str, str]:
 
 
 def run_parley(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_python("-m", "gateway", *args, env=env, cwd=cwd)
+
+
+def run_python(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
+        [sys.executable, *args],
         env=env,
         cwd=cwd,
         capture_output=True,
