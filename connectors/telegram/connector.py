@@ -11,7 +11,6 @@ without link previews.
 
 import contextlib
 import hmac
-import logging
 import os
 from collections.abc import Sequence
 from typing import Annotated
@@ -89,8 +88,6 @@ class TelegramConnector:
 
     async def start(self, core: Gateway) -> None:
         self.core = core
-        # httpx logs every request URL at INFO, and Bot API URLs contain the token.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
         try:
             await self.bot.initialize()
         except InvalidToken:
