@@ -185,10 +185,11 @@ def import_file(
         Path, typer.Argument(help="An export (`parley export`).", exists=True, dir_okay=False)
     ],
 ) -> None:
-    """Import a person's data from an export (`parley export`).
+    """Import a person's data from an export (`parley export`), all or nothing.
 
-    It goes to the person one of its identities belongs to here, or to a new one;
-    importing a file again duplicates nothing."""
+    It goes to a new person, or to the person here whose history it is (their identity
+    and their conversation's first message); a file naming someone here without that,
+    or naming two people, is refused. Importing a file again duplicates nothing."""
     from memory.portable.imports import ExportFormatError, ImportConflict
     from memory.storage.schema import SchemaOutOfDate
 

@@ -5,7 +5,8 @@ Line 1 is the header, `{"format": "parley-export", "version": 1, "exported_at",
 order: `identity`, `conversation` (the person's own), `chunk` (highest level first, so
 a parent comes before its children), `message` (by seq), `profile_line` (in profile
 order), `retired_fact`. Times are ISO 8601 with their offset. The conversation names
-its first message (`first_message`: seq and time), which tells one history from another.
+its first message (`first_message`: seq and time), which tells one history from another
+and is what shows that a file is the history of a person here (owner.py).
 
 Nothing refers to another row by a database id: an author is `[channel, external_id]`,
 a chunk is `[level, seq_start]` (unique within the conversation), so a file can be

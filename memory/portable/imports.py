@@ -1,10 +1,12 @@
 """Import: an export merged into this database, without duplicating anything.
 
-It goes to the person here who has one of the file's identities, or to a new person.
-Nothing in the file is used as a database key; rows are matched by natural keys:
+It goes to a new person, or to the person here whose history the file shows it is
+(`owner.py`: their identities and their conversation's first message; a file naming
+someone here without that, or naming two people here, is refused). Nothing in the file
+is used as a database key; rows are matched by natural keys:
 
-- identity: (channel, external_id); one that belongs to someone else here stays theirs
-  (a conflict);
+- identity: (channel, external_id); a message's author is one of the person's, or none
+  (never someone else's: tables.py);
 - chunk: (conversation, level, seq_start), the archive's own unique key;
 - message: (conversation, seq). A message already at that seq is this one if its role,
   time and text agree, and is skipped; else the file's is not imported (a conflict:
@@ -12,27 +14,28 @@ Nothing in the file is used as a database key; rows are matched by natural keys:
 - profile line: its text, ignoring case (as the profile itself does); retired fact:
   (text, reason, time retired).
 
-Two histories are never mixed: if the person's conversation here does not begin with
-the file's first message, nothing is written and `ImportConflict` says so.
-
 So importing a file twice changes nothing the second time, and export → erase →
 import gives back the same seqs and byte-identical texts and transcripts (text here is
 cleaned, which leaves clean text as it is). Imported messages count as answered, so an
 import never starts a turn, and a reply that was never delivered is marked failed
-rather than sent now (an operator can send it again).
+rather than sent now (an operator can send it again). A message's source line is the
+gateway's word: an imported one that had any says `imported` (`rows.IMPORTED_SOURCE`).
 
-Lines are read as they come, and written a page at a time, each page in its own
-transaction: an import cut short is completed by importing the file again.
+Lines are read as they come and written a page at a time, all in one transaction: a
+file refused at any line (or an import that fails) leaves nothing behind. Transcript
+files are written once it is committed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.archive.transcript import transcript_path, write_transcript
@@ -50,11 +53,23 @@ from memory.portable.format import (
     check_header,
     parse,
 )
-from memory.portable.tables import ImportConflict, ImportCounts, Tables, Tally
+from memory.portable.owner import ImportConflict
+from memory.portable.rows import IMPORTED_SOURCE
+from memory.portable.tables import ImportCounts, Tables, Tally
+from memory.storage.models import Chunk
 
-__all__ = ["ExportFormatError", "ImportConflict", "ImportCounts", "Imports", "Tally"]
+__all__ = [
+    "IMPORTED_SOURCE",
+    "ExportFormatError",
+    "ImportConflict",
+    "ImportCounts",
+    "Imports",
+    "Tally",
+]
 
 PAGE_SIZE = 500
+# Transcripts are large: files are written from so many chunks read at a time.
+FILES_PAGE = 20
 
 
 class Imports:
@@ -77,9 +92,23 @@ class Imports:
     async def import_lines(
         self, lines: AsyncIterable[str] | Iterable[str], *, now: datetime
     ) -> ImportCounts:
-        """Import an export's lines (newlines optional); `ExportFormatError`, naming
-        the line, for a newer version or anything that is not this format. Lines
-        before a bad one are imported already (each page commits)."""
+        """Import an export's lines (newlines optional), all or nothing:
+        `ExportFormatError`, naming the line, for a newer version or anything that is
+        not this format; `ImportConflict` for a file not shown to be the history of the
+        person here it names."""
+        async with self._sessions() as session:
+            run = await self._read(session, lines, now)
+            counts = await run.finish()
+            await session.commit()
+        if run.transcripts and self._archive_dir is not None:
+            assert run.conversation_id is not None  # level-0 chunks are in one
+            files = await self._transcript_files(run.conversation_id, run.transcripts)
+            counts = dataclasses.replace(counts, transcript_files=files)
+        return counts
+
+    async def _read(
+        self, session: AsyncSession, lines: AsyncIterable[str] | Iterable[str], now: datetime
+    ) -> _Run:
         run: _Run | None = None
         number = 0
         async for raw in _each(lines):
@@ -90,21 +119,40 @@ class Imports:
             fields = Fields(data, number, self._clean)
             if run is None:
                 check_header(data, number)
-                tables = Tables(self._sessions, rows.person(fields), now)
-                run = _Run(tables, self._archive_dir, self._page)
+                run = _Run(Tables(session, rows.person(fields), now), self._page)
                 continue
             await run.record(fields)
         if run is None:
             raise ExportFormatError(max(number, 1), "no header: this is not an export")
-        return await run.finish()
+        return run
+
+    async def _transcript_files(self, conversation_id: uuid.UUID, chunk_ids: list[int]) -> int:
+        """The transcript files of the chunks imported, read back a page at a time (a
+        chunk erased meanwhile gets none)."""
+        assert self._archive_dir is not None
+        written = 0
+        for start in range(0, len(chunk_ids), FILES_PAGE):
+            page = chunk_ids[start : start + FILES_PAGE]
+            async with self._sessions() as session:
+                found = (
+                    await session.execute(
+                        select(Chunk.id, Chunk.time_start, Chunk.transcript).where(
+                            Chunk.id.in_(page)
+                        )
+                    )
+                ).all()
+            chunks = [(row[0], row[1], row[2] or "") for row in found]
+            written += await asyncio.to_thread(
+                _write_files, self._archive_dir, conversation_id, chunks
+            )
+        return written
 
 
 class _Run:
     """One import: where it has got to in the file, and what it has matched so far."""
 
-    def __init__(self, tables: Tables, archive_dir: Path | None, page: int) -> None:
+    def __init__(self, tables: Tables, page: int) -> None:
         self._tables = tables
-        self._archive_dir = archive_dir
         self._page = page
         self._stage = 0  # index in ORDER of the records being read
         self._identities: list[rows.IdentityRow] = []
@@ -113,7 +161,12 @@ class _Run:
         self._messages: list[rows.MessageRow] = []
         self._profile: list[rows.Fact] = []
         self._retired: list[rows.Fact] = []
-        self._files = 0
+        # Level-0 chunks imported with a transcript: their files are to be written.
+        self.transcripts: list[int] = []
+
+    @property
+    def conversation_id(self) -> uuid.UUID | None:
+        return self._tables.conversation_id
 
     async def record(self, fields: Fields) -> None:
         kind = fields.data.get("type")
@@ -151,7 +204,7 @@ class _Run:
 
     async def finish(self) -> ImportCounts:
         await self._advance(len(ORDER))
-        return self._tables.counts(self._files)
+        return self._tables.counts()
 
     async def _advance(self, position: int) -> None:
         """Finish the record types before `position`: none of them comes again."""
@@ -173,23 +226,18 @@ class _Run:
                 self._retired.clear()
 
     async def _flush_chunks(self) -> None:
-        written = await self._tables.chunks(self._chunks)
+        self.transcripts += await self._tables.chunks(self._chunks)
         self._chunks.clear()
-        if written and self._archive_dir is not None:
-            conversation_id = self._tables.conversation_id
-            assert conversation_id is not None
-            self._files += await asyncio.to_thread(
-                _write_files, self._archive_dir, conversation_id, written
-            )
 
 
 def _write_files(
-    archive_dir: Path, conversation_id: uuid.UUID, written: list[tuple[int, rows.ChunkRow]]
+    archive_dir: Path, conversation_id: uuid.UUID, chunks: list[tuple[int, datetime, str]]
 ) -> int:
-    for chunk_id, chunk in written:
-        path = transcript_path(archive_dir, conversation_id, chunk_id, chunk.values["time_start"])
-        write_transcript(path, chunk.transcript or "")
-    return len(written)
+    for chunk_id, time_start, transcript in chunks:
+        write_transcript(
+            transcript_path(archive_dir, conversation_id, chunk_id, time_start), transcript
+        )
+    return len(chunks)
 
 
 async def _each(lines: AsyncIterable[str] | Iterable[str]) -> AsyncIterator[str]:

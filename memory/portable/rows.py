@@ -26,6 +26,14 @@ REASON_CHARS = 32
 # marked failed with this reason, where an operator can send it again.
 NOT_DELIVERED = "not delivered before it was exported"
 
+# The source line of an imported message that had one. A source line is the gateway's
+# word on how a message reached it (memory.provenance: an operator, its notices and
+# command answers, recall's archive, a connector's forwards and edits); a file's is
+# only the file's word, so whatever it says, the model reads that the message was
+# imported. Text with none stays typed text (escaped as such): the person's own words,
+# in their own history (owner.py).
+IMPORTED_SOURCE = "imported"
+
 
 @dataclass(frozen=True, slots=True)
 class Person:
@@ -167,7 +175,7 @@ def message(record: Fields) -> MessageRow:
         "role": record.choice("role", Role),
         "channel": record.text("channel", limit=CHANNEL_CHARS),
         "author_name": record.text_or_none("author_name", limit=NAME_CHARS, cut=True) or "",
-        "source": record.text_or_none("source", limit=NAME_CHARS, cut=True),
+        "source": _source(record),
         "text": text,
         "platform_message_id": record.text_or_none("platform_message_id", limit=MESSAGE_ID_CHARS),
         "platform_ts": record.time_or_none("platform_ts"),
@@ -180,6 +188,10 @@ def message(record: Fields) -> MessageRow:
         "delivery_error": error,
     }
     return MessageRow(record.author_key("author"), record.chunk_key("chunk"), values)
+
+
+def _source(record: Fields) -> str | None:
+    return None if record.text_or_none("source") is None else IMPORTED_SOURCE
 
 
 def profile_line(record: Fields) -> Fact:

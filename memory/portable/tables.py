@@ -1,5 +1,8 @@
 """The database side of one import: rows matched by their natural keys (see
-imports.py), the others inserted, a page per transaction, and what happened counted."""
+imports.py), the others inserted, a page at a time, and what happened counted.
+
+Everything goes through one session, in one transaction the caller commits when the
+whole file has been read: a file refused at any line leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -11,9 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, case, or_, select, tuple_, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from memory.portable import rows
+from memory.portable import owner, rows
 from memory.portable.format import AuthorKey, ChunkKey
 from memory.storage import profile_rows
 from memory.storage.conversations import personal_conversation
@@ -44,10 +47,6 @@ class ImportCounts:
     conflicts: int
 
 
-class ImportConflict(Exception):
-    """The person here has another history than the file's: nothing was imported."""
-
-
 class _Counter:
     def __init__(self) -> None:
         self.created = 0
@@ -61,10 +60,9 @@ class _Counter:
 
 
 class Tables:
-    def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], person: rows.Person, now: datetime
-    ) -> None:
-        self._sessions = sessions
+    def __init__(self, session: AsyncSession, person: rows.Person, now: datetime) -> None:
+        """`session`: the import's transaction, never committed here."""
+        self._session = session
         self._person = person
         self._now = now
         self._user_id: uuid.UUID | None = None
@@ -84,12 +82,13 @@ class Tables:
         assert self._user_id is not None, "the person is settled before any row is theirs"
         return self._user_id
 
-    def counts(self, transcript_files: int) -> ImportCounts:
+    def counts(self) -> ImportCounts:
+        """What was imported; transcript files are written once it is committed."""
         return ImportCounts(
             user_id=self.user_id,
             user_created=self._user_created,
             **{name: Tally(c.created, c.skipped) for name, c in self._counts.items()},
-            transcript_files=transcript_files,
+            transcript_files=0,
             conflicts=self._conflicts,
         )
 
@@ -100,27 +99,28 @@ class Tables:
     async def settle(
         self, identities: Sequence[rows.IdentityRow], conversation: rows.ConversationRow | None
     ) -> None:
-        """Whose the import is: the person here with the first of the file's identities
-        that exists here, or a new one; then the identities and the conversation they
-        do not have yet. `ImportConflict`, before anything is written, if that person's
-        conversation here holds another history."""
+        """Whose the import is (`owner`: the person here the file shows it belongs to,
+        or a new one); then the identities and the conversation they do not have yet.
+        `ImportConflict`, before anything is written, if the file names someone here
+        without showing it is their history."""
         keys = [row.key for row in identities]
-        async with self._sessions() as session:
-            found = await self._identities(session, keys)
-            owner = next((found[key][1] for key in keys if key in found), None)
-            if owner is not None and conversation is not None:
-                await _same_history(session, owner, conversation)
-            if owner is None:
-                owner, self._user_created = await self._new_person(session), True
-            for row in identities:
-                await self._add_identity(session, row, found.get(row.key), owner)
-            if conversation is not None:
-                self.conversation_id = await _own_conversation(session, owner, conversation)
-            await session.commit()
-            self._authors |= {k: v[0] for k, v in (await self._identities(session, keys)).items()}
-        self._user_id = owner
+        session = self._session
+        found = await self._identities(keys)
+        user_id = await owner.owner(session, {k: v[1] for k, v in found.items()}, conversation)
+        if user_id is None:
+            user_id, self._user_created = await self._new_person(), True
+        for row in identities:
+            await self._add_identity(row, row.key in found, user_id)
+        mine = await self._identities(keys)
+        owner.ensure_theirs(keys, {k: v[1] for k, v in mine.items()}, user_id)
+        if conversation is not None:
+            self.conversation_id = await _own_conversation(session, user_id, conversation)
+        await session.flush()
+        self._authors |= {k: v[0] for k, v in mine.items()}
+        self._user_id = user_id
 
-    async def _new_person(self, session: AsyncSession) -> uuid.UUID:
+    async def _new_person(self) -> uuid.UUID:
+        session = self._session
         user = User(
             display_name=self._person.display_name,
             timezone=self._person.timezone,
@@ -130,23 +130,17 @@ class Tables:
         await session.flush()
         return user.id
 
-    async def _add_identity(
-        self,
-        session: AsyncSession,
-        row: rows.IdentityRow,
-        found: tuple[uuid.UUID, uuid.UUID] | None,
-        owner: uuid.UUID,
-    ) -> None:
-        if found is not None:
+    async def _add_identity(self, row: rows.IdentityRow, here: bool, user_id: uuid.UUID) -> None:
+        """The identity, unless it is here already (then it is the person's: `owner`)."""
+        if here:
             self._counts["identities"].add(False)
-            self._conflicts += found[1] != owner  # someone else's here: it stays theirs
             return
-        created = await session.scalar(
-            insert_or_skip(session, Identity)
+        created = await self._session.scalar(
+            insert_or_skip(self._session, Identity)
             .values(
                 channel=row.key[0],
                 external_id=row.key[1],
-                user_id=owner,
+                user_id=user_id,
                 display_name=row.display_name,
                 created_at=row.created_at,
             )
@@ -155,7 +149,7 @@ class Tables:
         self._counts["identities"].add(created is not None)
 
     async def _identities(
-        self, session: AsyncSession, keys: Sequence[AuthorKey]
+        self, keys: Sequence[AuthorKey]
     ) -> dict[AuthorKey, tuple[uuid.UUID, uuid.UUID]]:
         """(identity id, user id) of each of these identities that exists here."""
         if not keys:
@@ -163,36 +157,36 @@ class Tables:
         query = select(Identity.channel, Identity.external_id, Identity.id, Identity.user_id).where(
             tuple_(Identity.channel, Identity.external_id).in_(keys)
         )
-        return {(r[0], r[1]): (r[2], r[3]) for r in await session.execute(query)}
+        return {(r[0], r[1]): (r[2], r[3]) for r in await self._session.execute(query)}
 
-    async def chunks(self, batch: Sequence[rows.ChunkRow]) -> list[tuple[int, rows.ChunkRow]]:
-        """Insert the chunks not here yet; the level-0 ones inserted with a transcript
-        (their files are to be written)."""
+    async def chunks(self, batch: Sequence[rows.ChunkRow]) -> list[int]:
+        """Insert the chunks not here yet; the ids of the level-0 ones inserted with a
+        transcript (their files are to be written)."""
         written = []
-        async with self._sessions() as session:
-            for chunk in batch:
-                # Parents come first; one the export did not have leaves a root here,
-                # which the next roll-up takes up again.
-                parent = None if chunk.parent is None else self._chunk_ids.get(chunk.parent)
+        session = self._session
+        for chunk in batch:
+            # Parents come first; one the export did not have leaves a root here,
+            # which the next roll-up takes up again.
+            parent = None if chunk.parent is None else self._chunk_ids.get(chunk.parent)
+            new_id = await session.scalar(
+                insert_or_skip(session, Chunk)
+                .values(conversation_id=self.conversation_id, parent_id=parent, **chunk.values)
+                .returning(Chunk.id)
+            )
+            self._counts["chunks"].add(new_id is not None)
+            if new_id is None:
                 new_id = await session.scalar(
-                    insert_or_skip(session, Chunk)
-                    .values(conversation_id=self.conversation_id, parent_id=parent, **chunk.values)
-                    .returning(Chunk.id)
-                )
-                self._counts["chunks"].add(new_id is not None)
-                if new_id is None:
-                    new_id = await session.scalar(
-                        select(Chunk.id).where(
-                            Chunk.conversation_id == self.conversation_id,
-                            Chunk.level == chunk.key[0],
-                            Chunk.seq_start == chunk.key[1],
-                        )
+                    select(Chunk.id).where(
+                        Chunk.conversation_id == self.conversation_id,
+                        Chunk.level == chunk.key[0],
+                        Chunk.seq_start == chunk.key[1],
                     )
-                elif chunk.key[0] == 0 and chunk.transcript is not None:
-                    written.append((new_id, chunk))
-                if new_id is not None:
-                    self._chunk_ids[chunk.key] = new_id
-            await session.commit()
+                )
+            elif chunk.key[0] == 0 and chunk.transcript is not None:
+                written.append(new_id)
+            if new_id is not None:
+                self._chunk_ids[chunk.key] = new_id
+        await session.flush()
         return written
 
     async def messages(self, batch: Sequence[rows.MessageRow]) -> None:
@@ -200,22 +194,22 @@ class Tables:
             return
         top = max(message.values["seq"] for message in batch)
         self._max_seq = max(self._max_seq, top)
-        async with self._sessions() as session:
-            # First, so that no message arriving meanwhile takes one of these seqs.
-            await session.execute(
-                update(Conversation)
-                .where(Conversation.id == self.conversation_id, Conversation.last_seq < top)
-                .values(last_seq=top)
+        session = self._session
+        # First, so that no message arriving meanwhile takes one of these seqs (it waits
+        # for the import's transaction).
+        await session.execute(
+            update(Conversation)
+            .where(Conversation.id == self.conversation_id, Conversation.last_seq < top)
+            .values(last_seq=top)
+        )
+        await self._find_authors(batch)
+        values = [self._message_values(message) for message in batch]
+        created = set(
+            await session.scalars(
+                insert_or_skip(session, Message).values(values).returning(Message.seq)
             )
-            await self._find_authors(session, batch)
-            values = [self._message_values(message) for message in batch]
-            created = set(
-                await session.scalars(
-                    insert_or_skip(session, Message).values(values).returning(Message.seq)
-                )
-            )
-            await self._check_skipped(session, [v for v in values if v["seq"] not in created])
-            await session.commit()
+        )
+        await self._check_skipped([v for v in values if v["seq"] not in created])
         self._counts["messages"].created += len(created)
 
     def _message_values(self, message: rows.MessageRow) -> dict[str, Any]:
@@ -227,21 +221,26 @@ class Tables:
             "chunk_id": archived,
         }
 
-    async def _find_authors(self, session: AsyncSession, batch: Sequence[rows.MessageRow]) -> None:
-        """Authors that are not among the file's identities (an unlinked channel's old
-        messages): the identity here, if there is one."""
+    async def _find_authors(self, batch: Sequence[rows.MessageRow]) -> None:
+        """Authors that are not among the file's identities: the identity here if it is
+        the person's, else none. Someone else's (an unlinked channel's, or any the file
+        names) is not the file's to give: an answer to the message, or an operator's
+        message after it, would go to their chat, and erasing them would take it."""
         unknown = {m.author for m in batch if m.author is not None} - self._authors.keys()
-        found = await self._identities(session, sorted(unknown))
-        self._authors |= {key: found[key][0] if key in found else None for key in unknown}
+        found = await self._identities(sorted(unknown))
+        self._authors |= {
+            key: found[key][0] if key in found and found[key][1] == self.user_id else None
+            for key in unknown
+        }
 
-    async def _check_skipped(self, session: AsyncSession, skipped: list[dict[str, Any]]) -> None:
+    async def _check_skipped(self, skipped: list[dict[str, Any]]) -> None:
         """A message not inserted is here already if its seq holds the same message;
         anything else is a conflict."""
         if not skipped:
             return
         here = {
             row[0]: tuple(row[1:])
-            for row in await session.execute(
+            for row in await self._session.execute(
                 select(Message.seq, Message.role, Message.text, Message.created_at).where(
                     Message.conversation_id == self.conversation_id,
                     Message.seq.in_([v["seq"] for v in skipped]),
@@ -266,98 +265,73 @@ class Tables:
         }
         if row.last_message_at is not None:
             values["last_message_at"] = _greatest(Conversation.last_message_at, row.last_message_at)
-        async with self._sessions() as session:
-            await session.execute(
-                update(Conversation).where(Conversation.id == self.conversation_id).values(values)
-            )
-            await session.commit()
+        await self._session.execute(
+            update(Conversation).where(Conversation.id == self.conversation_id).values(values)
+        )
 
     async def profile(self, facts: Sequence[rows.Fact]) -> None:
         """Lines the profile does not have yet go at its end, with their evidence."""
         if not facts:
             return
-        async with self._sessions() as session:
-            profile = await session.scalar(
-                select(Profile).where(Profile.user_id == self.user_id).with_for_update()
-            )
-            lines = profile_rows.read(profile)
-            known = {line.casefold() for line, _ in lines}
-            for fact in facts:
-                new = fact.text.casefold() not in known
-                self._counts["profile_lines"].add(new)
-                if new:
-                    known.add(fact.text.casefold())
-                    lines.append((fact.text, rows.evidence_json(fact.evidence, self._chunk_ids)))
-            if self._counts["profile_lines"].created == 0:
-                return
-            if profile is None:
-                profile = Profile(user_id=self.user_id, revision=0, tidy_failures=0)
-                profile.tidy_after_chars, profile.facts_refused = 0, 0
-                session.add(profile)
-            profile_rows.write(session, profile, lines, self._now, by=IMPORTED_BY)
-            await session.commit()
+        session = self._session
+        profile = await session.scalar(
+            select(Profile).where(Profile.user_id == self.user_id).with_for_update()
+        )
+        lines = profile_rows.read(profile)
+        known = {line.casefold() for line, _ in lines}
+        for fact in facts:
+            new = fact.text.casefold() not in known
+            self._counts["profile_lines"].add(new)
+            if new:
+                known.add(fact.text.casefold())
+                lines.append((fact.text, rows.evidence_json(fact.evidence, self._chunk_ids)))
+        if self._counts["profile_lines"].created == 0:
+            return
+        if profile is None:
+            profile = Profile(user_id=self.user_id, revision=0, tidy_failures=0)
+            profile.tidy_after_chars, profile.facts_refused = 0, 0
+            session.add(profile)
+        profile_rows.write(session, profile, lines, self._now, by=IMPORTED_BY)
+        await session.flush()
 
     async def retired(self, facts: Sequence[rows.Fact]) -> None:
         if not facts:
             return
-        async with self._sessions() as session:
-            query = select(RetiredFact.text, RetiredFact.reason, RetiredFact.retired_at).where(
-                RetiredFact.user_id == self.user_id,
-                RetiredFact.retired_at.in_({fact.retired_at for fact in facts}),
-            )
-            here = {(row[0], row[1], row[2]) for row in await session.execute(query)}
-            for fact in facts:
-                assert fact.retired_at is not None  # read as required (rows.retired_fact)
-                key = (fact.text, fact.reason, fact.retired_at)
-                self._counts["retired_facts"].add(key not in here)
-                if key in here:
-                    continue
-                here.add(key)
-                evidence = rows.evidence_json(fact.evidence, self._chunk_ids)
-                session.add(
-                    RetiredFact(
-                        user_id=self.user_id,
-                        text=fact.text,
-                        reason=fact.reason,
-                        profile_revision=fact.profile_revision,
-                        retired_at=fact.retired_at,
-                        evidence=json.dumps(evidence) if evidence else None,
-                    )
-                )
-            await session.commit()
-
-
-async def _same_history(
-    session: AsyncSession, owner: uuid.UUID, conversation: rows.ConversationRow
-) -> None:
-    """Refuse to mix two histories in one conversation: the one here must be empty or
-    begin with the file's first message (the file is this history, or a part of it)."""
-    here = (
-        await session.execute(
-            select(Message.seq, Message.created_at)
-            .join(Conversation, Conversation.id == Message.conversation_id)
-            .where(Conversation.user_id == owner)
-            .order_by(Message.seq)
-            .limit(1)
+        session = self._session
+        query = select(RetiredFact.text, RetiredFact.reason, RetiredFact.retired_at).where(
+            RetiredFact.user_id == self.user_id,
+            RetiredFact.retired_at.in_({fact.retired_at for fact in facts}),
         )
-    ).one_or_none()
-    if here is None or conversation.first is None or tuple(here) == conversation.first:
-        return
-    raise ImportConflict(
-        f"the person {owner} here has another conversation (its first message is seq "
-        f"{here[0]} of {here[1]:%Y-%m-%d %H:%M}); importing would mix two histories. "
-        "Erase that person first (export them to keep it), then import."
-    )
+        here = {(row[0], row[1], row[2]) for row in await session.execute(query)}
+        for fact in facts:
+            assert fact.retired_at is not None  # read as required (rows.retired_fact)
+            key = (fact.text, fact.reason, fact.retired_at)
+            self._counts["retired_facts"].add(key not in here)
+            if key in here:
+                continue
+            here.add(key)
+            evidence = rows.evidence_json(fact.evidence, self._chunk_ids)
+            session.add(
+                RetiredFact(
+                    user_id=self.user_id,
+                    text=fact.text,
+                    reason=fact.reason,
+                    profile_revision=fact.profile_revision,
+                    retired_at=fact.retired_at,
+                    evidence=json.dumps(evidence) if evidence else None,
+                )
+            )
+        await session.flush()
 
 
 async def _own_conversation(
-    session: AsyncSession, owner: uuid.UUID, row: rows.ConversationRow
+    session: AsyncSession, user_id: uuid.UUID, row: rows.ConversationRow
 ) -> uuid.UUID:
     """The person's own conversation, made if they have none."""
-    found = await session.scalar(select(Conversation.id).where(Conversation.user_id == owner))
+    found = await session.scalar(select(Conversation.id).where(Conversation.user_id == user_id))
     if found is not None:
         return found
-    conversation = personal_conversation(owner, row.title, row.created_at)
+    conversation = personal_conversation(user_id, row.title, row.created_at)
     session.add(conversation)
     await session.flush()
     return conversation.id

@@ -24,7 +24,8 @@ from gateway.services import Services
 from gateway.turns.hub import Ended
 from memory.portable.export import NoSuchUser
 from memory.portable.format import ExportFormatError
-from memory.portable.tables import ImportConflict, ImportCounts
+from memory.portable.owner import ImportConflict
+from memory.portable.tables import ImportCounts
 
 router = APIRouter(tags=["people"])
 
@@ -127,8 +128,11 @@ async def export_user(services: ServicesDep, user_id: uuid.UUID) -> StreamingRes
     },
 )
 async def import_export(services: ServicesDep, once: OnceDep, request: Request) -> Response:
-    """Merge an export back (idempotent: what is here already is skipped). A newer
-    format is refused. Larger than PARLEY_MAX_BODY_BYTES: use `parley import`."""
+    """Merge an export back, all or nothing (idempotent: what is here already is
+    skipped). It goes to a new person, or to the person here whose history the file is
+    (their identity and their conversation's first message): a file naming someone
+    here without that, or naming two people here, is a 409. A newer format is refused.
+    Larger than PARLEY_MAX_BODY_BYTES: use `parley import`."""
     if request.headers.get("content-type", "").split(";")[0].strip() != NDJSON:
         raise ApiError(415, f"send the export as {NDJSON}")
 
