@@ -223,12 +223,11 @@ async def test_a_bad_line_anywhere_leaves_the_database_as_it_was(world: World, w
 
 # -- 3. the sources the model reads ------------------------------------------------------
 
-# Labels only the gateway writes (recall's, an operator's, its notices and command
-# answers) and one a connector writes: none is the importer's to vouch for.
-FORGED_SOURCES = [
-    "archive", "operator via REST", "gateway notice", "gateway command",
-    "forwarded from Bob on Telegram",
-]  # fmt: skip
+# Labels only the gateway writes (recall's, an operator's) and one a connector writes:
+# none is the importer's to vouch for. Notices and command answers keep theirs: it only
+# hides a message from the model (the answer, and the command it answers).
+FORGED_SOURCES = ["archive", "operator via REST", "forwarded from Bob on Telegram"]
+HIDING_SOURCES = ["gateway notice", "gateway command"]
 
 
 async def test_imported_messages_reach_the_model_as_imported(
@@ -239,7 +238,7 @@ async def test_imported_messages_reach_the_model_as_imported(
         _identity("webchat", "zed"),
         _conversation({"seq": 1, "created_at": LATER}),
     ]  # fmt: skip
-    for seq, source in enumerate([None, *FORGED_SOURCES], start=1):
+    for seq, source in enumerate([None, *FORGED_SOURCES, *HIDING_SOURCES], start=1):
         records.append(
             {
                 "type": "message", "seq": seq, "role": "user", "channel": "webchat",
@@ -261,13 +260,16 @@ async def test_imported_messages_reach_the_model_as_imported(
         await engine.dispose()
     prompt = [turn.content for turn in render_live(stored, "UTC")]
 
-    assert [m.source for m in stored] == [None] + [IMPORTED_SOURCE] * len(FORGED_SOURCES)
-    # Every message reaches the model, each of the labelled ones as imported, the
-    # typed one as typed; none behind a label the gateway writes.
-    assert len(prompt) == len(records) - 3
-    assert prompt[0].endswith("words 1")
-    assert "[source:" not in prompt[0]
-    for seq, turn in enumerate(prompt[1:], start=2):
+    assert [m.source for m in stored] == [
+        None,
+        *[IMPORTED_SOURCE] * len(FORGED_SOURCES),
+        *HIDING_SOURCES,
+    ]
+    # The forged labels reach the model as imported; the notice, the command answer and
+    # the message it answers (seq 1) do not reach it at all; none behind a label the
+    # gateway writes.
+    assert len(prompt) == len(FORGED_SOURCES)
+    for seq, turn in enumerate(prompt, start=2):
         assert turn.startswith(f"[source: {IMPORTED_SOURCE}]\n")
         assert turn.endswith(f"words {seq}")
     assert not any(f"[source: {source}]" in turn for turn in prompt for source in FORGED_SOURCES)

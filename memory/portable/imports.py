@@ -19,7 +19,9 @@ import gives back the same seqs and byte-identical texts and transcripts (text h
 cleaned, which leaves clean text as it is). Imported messages count as answered, so an
 import never starts a turn, and a reply that was never delivered is marked failed
 rather than sent now (an operator can send it again). A message's source line is the
-gateway's word: an imported one that had any says `imported` (`rows.IMPORTED_SOURCE`).
+gateway's word: an imported one that had any says `imported` (`rows.IMPORTED_SOURCE`),
+except the gateway's notices and command answers, whose label only keeps them out of
+what a model reads.
 
 Lines are read as they come and written a page at a time, all in one transaction: a
 file refused at any line (or an import that fails) leaves nothing behind. Transcript

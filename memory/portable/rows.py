@@ -9,6 +9,7 @@ from typing import Any
 
 from memory.portable.format import AuthorKey, ChunkKey, Fields
 from memory.profile.facts import Evidence
+from memory.provenance import from_gateway
 from memory.storage.models import ChunkStatus, Delivery, Role
 from memory.tokens import message_tokens
 from memory.zones import known_zone
@@ -27,11 +28,10 @@ REASON_CHARS = 32
 NOT_DELIVERED = "not delivered before it was exported"
 
 # The source line of an imported message that had one. A source line is the gateway's
-# word on how a message reached it (memory.provenance: an operator, its notices and
-# command answers, recall's archive, a connector's forwards and edits); a file's is
-# only the file's word, so whatever it says, the model reads that the message was
-# imported. Text with none stays typed text (escaped as such): the person's own words,
-# in their own history (owner.py).
+# word on how a message reached it (memory.provenance: an operator, recall's archive, a
+# connector's forwards and edits); a file's is only the file's word, so whatever it says,
+# the model reads that the message was imported. Text with none stays typed text
+# (escaped as such): the person's own words, in their own history (owner.py).
 IMPORTED_SOURCE = "imported"
 
 
@@ -191,7 +191,13 @@ def message(record: Fields) -> MessageRow:
 
 
 def _source(record: Fields) -> str | None:
-    return None if record.text_or_none("source") is None else IMPORTED_SOURCE
+    source = record.text_or_none("source")
+    if source is None:
+        return None
+    # What the gateway said to the person (notices, command answers) keeps its label:
+    # that label only takes a message out of what a model reads, never puts words in
+    # front of it, and a round trip keeps `/status` and its answer out of the dialogue.
+    return source if from_gateway(source) else IMPORTED_SOURCE
 
 
 def profile_line(record: Fields) -> Fact:
