@@ -1,13 +1,38 @@
-"""Labels for input nobody typed, and escaping of typed text that imitates them.
+r"""Labels for input nobody typed, and escaping of typed text that imitates them.
 
-The gateway writes a header line such as `[source: operator via REST]` above every
-message it did not receive as the person's own typing. Typed text cannot forge one:
-any of its lines that starts like a header gets a leading backslash.
+Every line the gateway writes for a model to say who said something or where it came
+from is a bracketed line: the headers above a message the person did not type
+(`[source: operator via REST]`, `[from: Ann]`, `[time: 2026-07-01 12:00]`), a
+transcript's header above each message (`[2026-07-01 12:00 · telegram · assistant]`),
+a recall answer's (`[source: archive]`, `[#15 · 2026-07-01 12:00 · telegram · user Ann]`),
+and those above the parts a summariser combines (`[part 2]`, `[2026-07-01 – 2026-07-09]`).
+So one rule keeps typed text from passing for any of them, wherever a model reads it
+(`escape_typed`, applied by `label`, the transcript and recall):
+
+    A typed line whose first visible character is a left square bracket gets a
+    backslash just before that character, and before any backslashes already there.
+
+- A line is what `str.splitlines` cuts: after `\n`, `\r`, `\r\n`, VT, FF, U+001C–U+001E,
+  NEL (U+0085), U+2028 or U+2029 — every break some reader takes for one.
+- Its first visible character is the first that is none of: whitespace, a control or
+  format character (Cc, Cf: zero-width space and joiners, BOM, word joiner, soft hyphen,
+  bidi controls, tags), a combining mark, a Hangul filler, a braille blank, nor a
+  character that NFKC turns into only such characters.
+- A left square bracket is `[`, a character NFKC folds into it (fullwidth `［`, the
+  vertical form `﹇`), or another that Unicode names a left square bracket (`⁅ ⎡ ⎢ ⎣ ⟦ ⦋
+  ⦍ ⦏ ⹕ ⹗ 〚`); a backslash is `\` or what NFKC folds into it (`＼`, `﹨`).
+
+Nothing else changes: the text keeps its own line breaks and format characters (an
+emoji's zero-width joiner, a bidi mark), so what the model reads is what was typed plus
+a backslash where one is needed, and dropping that backslash gives back what was typed.
+The stored text is never touched: escaping happens where text is shown to a model.
+A value the gateway writes inside one of its own lines (a name, a source) is made one
+line that cannot close the bracket early (`header_value`).
 """
 
 from __future__ import annotations
 
-import re
+import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -17,9 +42,18 @@ if TYPE_CHECKING:
     from memory.storage.messages import StoredMessage
 
 HEADER_KEYS = ("source", "from", "time")
-_LOOKS_LIKE_HEADER = re.compile(
-    r"^(\s*)(\\*)(\[\s*(?:" + "|".join(HEADER_KEYS) + r")\s*:)", re.IGNORECASE | re.MULTILINE
+
+# What Unicode names a left square bracket, beside `[` and what NFKC folds into it.
+_LEFT_SQUARE_BRACKETS = frozenset(
+    "\u2045\u23a1\u23a2\u23a3\u27e6\u298b\u298d\u298f\u2e55\u2e57\u301a"
 )
+# Characters that show nothing where a line starts: separators, controls, format
+# characters, combining marks; and the few letters and symbols drawn blank.
+_UNSEEN_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Me"})
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# A header value's own closing brackets, and what NFKC folds into one.
+_CLOSERS = str.maketrans(dict.fromkeys("]\uff3d\ufe48", ")"))
+
 
 NOTICE_SOURCE = "gateway notice"
 COMMAND_SOURCE = "gateway command"
@@ -44,14 +78,46 @@ def dialogue(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
 
 
 def escape_typed(text: str) -> str:
-    """Neutralise lines of `text` that could pass for a gateway header."""
-    return _LOOKS_LIKE_HEADER.sub(r"\1\\\2\3", text)
+    """`text` with a backslash before every line that could pass for one the gateway
+    writes (the rule in the module docstring)."""
+    return "".join(_escaped(line) for line in text.splitlines(keepends=True))
+
+
+def _escaped(line: str) -> str:
+    start = 0
+    while start < len(line) and _unseen(line[start]):
+        start += 1
+    end = start
+    while end < len(line) and (_unseen(line[end]) or _folds_to(line[end], "\\")):
+        end += 1
+    if end < len(line) and _left_bracket(line[end]):
+        return f"{line[:start]}\\{line[start:]}"
+    return line
+
+
+def _unseen(character: str) -> bool:
+    return all(
+        c.isspace() or c in _BLANK or unicodedata.category(c) in _UNSEEN_CATEGORIES
+        for c in unicodedata.normalize("NFKC", character)
+    )
+
+
+def _folds_to(character: str, ascii_character: str) -> bool:
+    return unicodedata.normalize("NFKC", character) == ascii_character
+
+
+def _left_bracket(character: str) -> bool:
+    return character in _LEFT_SQUARE_BRACKETS or _folds_to(character, "[")
+
+
+def header_value(value: str) -> str:
+    """`value` fit for a bracketed line the gateway writes: on one line (every line
+    break and run of whitespace a space), with no `]` to close the bracket early."""
+    return " ".join(value.translate(_CLOSERS).split())
 
 
 def header(key: str, value: str) -> str:
-    # A header value must stay on one line and cannot close the bracket early.
-    clean = " ".join(value.replace("]", ")").split())
-    return f"[{key}: {clean}]"
+    return f"[{key}: {header_value(value)}]"
 
 
 def label(

@@ -4,7 +4,10 @@ Each way in takes the conversation it may read as an argument the runtime suppli
 one the model names, and checks every id it is given against it: a row of another
 conversation is "not found", exactly like one that does not exist. Every answer is plain
 text for the model, behind a `[source: archive]` line, bounded in tokens, with times in
-the person's time zone.
+the person's time zone. A message read out stands under a bracketed header the gateway
+writes (`[#15 · 2026-07-01 12:00 · telegram · user Ann]`) and its text is escaped, so no
+line of it passes for one (`memory.provenance`); everything else quoted (hits, facts,
+the query) is put on one line.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ class Recall:
         since = None if start is None else datetime.combine(start, time(), tz)
         until = None if end is None else datetime.combine(end + timedelta(days=1), time(), tz)
         found, loose = await self._found(scope, query, since, until)
-        shown = query.strip()[:200]
+        shown = _one_line(query)[:200]
         hits = _best(found)
         common = _common(found.common)
         if not hits:
@@ -186,10 +189,11 @@ class Recall:
         facts = await self._profiles.retired(scope.user_id)
         matching = [f for f in facts if all(w in f.text.casefold() for w in words)]
         if not matching:
-            return answer(f"No retired fact has all of: {query.strip()[:200]}")
+            return answer(f"No retired fact has all of: {_one_line(query)[:200]}")
         tz = zone(scope.timezone)
         lines = [
-            f"- retired {f.retired_at.astimezone(tz):%Y-%m-%d} ({_one_line(f.reason)}): {f.text}"
+            f"- retired {f.retired_at.astimezone(tz):%Y-%m-%d} ({_one_line(f.reason)}): "
+            f"{_one_line(f.text)}"
             for f in reversed(matching[-RETIRED_FACTS:])
         ]
         head = f"{len(matching)} retired facts match, newest first:"
@@ -237,7 +241,7 @@ def _message_hit(hit: SearchHit, message: StoredMessage, chunk: int | None) -> s
 
 def _block(message: StoredMessage, tz: tzinfo, chars: int) -> str:
     when = message.sent_at.astimezone(tz)
-    head = f"#{message.seq} · {when:%Y-%m-%d %H:%M} · {message.channel} · {speaker(message)}"
+    head = f"[#{message.seq} · {when:%Y-%m-%d %H:%M} · {message.channel} · {speaker(message)}]"
     text = message.text
     if len(text) > chars:  # one long message must not blow the answer's budget
         text = f"{text[:chars]}… ({len(text) - chars} more characters)"

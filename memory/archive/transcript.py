@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from memory.provenance import escape_typed
+from memory.provenance import escape_typed, header_value
 from memory.storage.files import private_dir, tighten, write_private
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Role
@@ -17,8 +17,10 @@ from memory.zones import zone
 def render_transcript(messages: Sequence[StoredMessage], timezone: str) -> str:
     """One block per message: a header the gateway writes, then the text as sent.
 
-    Typed text is escaped like in the prompt, so a transcript line cannot pass for a
-    header either; everything else keeps its source in the header.
+    The text is escaped like in the prompt (`memory.provenance`), so none of its lines
+    passes for a header, whatever line break or unseen character comes before it: this
+    is what the summariser reads and what the archive keeps. Everything the person did
+    not type keeps its source in the header.
     """
     tz = zone(timezone)
     blocks = []
@@ -30,12 +32,13 @@ def render_transcript(messages: Sequence[StoredMessage], timezone: str) -> str:
 
 
 def speaker(message: StoredMessage) -> str:
-    """Who wrote a message, as a transcript's header names them."""
+    """Who wrote a message, as a transcript's header names them: on one line, never
+    closing the header early (a name is typed by its owner)."""
     if message.role is Role.ASSISTANT:
         return "assistant"
     if message.source is not None:
-        return f"source: {message.source}"
-    return f"user {message.author_name}".strip()
+        return f"source: {header_value(message.source)}"
+    return f"user {header_value(message.author_name)}".strip()
 
 
 def transcript_path(

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from memory.archive.archive import Archive
 from memory.archive.jobs import ArchiveJobs, RetryPolicy
 from memory.archive.limits import MemoryLimits
-from memory.archive.summarize import ExtractiveSummarizer
+from memory.archive.summarize import ExtractiveSummarizer, Kind
 from memory.archive.transcript import transcript_path, write_transcript
 from memory.profile.facts import Evidence, Fact, Shorten
 from memory.profile.profiles import Profiles
@@ -46,6 +46,18 @@ GROUP_ID = "-100777"
 ANA_FIRST_IN_GROUP = 5  # Ana writes in the group from its 5th exchange on
 
 
+class KeptInputs(ExtractiveSummarizer):
+    """The extractive summariser, keeping every text it is given: what a model would read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    async def summarize(self, text: str, *, kind: Kind, target_tokens: int) -> str:
+        self.texts.append(text)
+        return await super().summarize(text, kind=kind, target_tokens=target_tokens)
+
+
 @dataclass
 class World:
     """Two people (Ana, to be erased, and Bo), each with their own conversation, and a
@@ -61,6 +73,7 @@ class World:
     ana_discord: uuid.UUID
     bo: IdentityRef
     group: uuid.UUID
+    summarizer: KeptInputs
     minute: int = 0
 
     def now(self) -> datetime:
@@ -76,6 +89,7 @@ class World:
         *,
         platform_id: str | None = None,
         reply: Delivery | None = Delivery.SENT,
+        author: str = "someone",
     ) -> StoredMessage:
         message, _ = await self.repos.messages.add_message(
             conversation,
@@ -84,7 +98,7 @@ class World:
                 channel,
                 text,
                 identity_id=who,
-                author_name="someone",
+                author_name=author,
                 platform_message_id=platform_id,
             ),
             now=self.now(),
@@ -136,10 +150,11 @@ async def build_world(engine: AsyncEngine, data_dir: Path) -> World:
         sessions, count_tokens=message_tokens, now=lambda: T0, archive_dir=archive_dir
     )
     archive = Archive(sessions, LIMITS)
+    summarizer = KeptInputs()
     jobs = ArchiveJobs(
         archive=archive,
         messages=repos.messages,
-        summarizer=ExtractiveSummarizer(),
+        summarizer=summarizer,
         enqueue=nothing,
         now=lambda: T0,
         lease=timedelta(minutes=5),
@@ -157,7 +172,9 @@ async def build_world(engine: AsyncEngine, data_dir: Path) -> World:
         session.add(discord)
         await session.commit()
     group = await repos.conversations.group_conversation("telegram", GROUP_ID, title="Team", now=T0)
-    world = World(engine, sessions, repos, archive, jobs, archive_dir, ana, discord.id, bo, group)
+    world = World(
+        engine, sessions, repos, archive, jobs, archive_dir, ana, discord.id, bo, group, summarizer
+    )
     await _fill(world)
     return world
 

@@ -29,8 +29,9 @@ from memory.storage.messages import MESSAGE_COLUMNS, StoredMessage, message_view
 from memory.storage.models import Delivery, Message, Role
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
-from tests.fakes.llm_server import fake_llm
+from tests.fakes.llm_server import FakeLLM, fake_llm
 from tests.support.fuzz.error_log import ErrorLog, capture_errors, crash, format_exception
+from tests.support.fuzz.gateway_lines import forged_lines_shown, prompt_text
 from tests.support.fuzz.limits import ANSWER_SECONDS, gateway_settings
 from tests.support.fuzz.strategies import url_quoted
 from tests.support.harness import Gateway
@@ -56,6 +57,8 @@ class FuzzServer:
         self._data_dir = data_dir
         self.errors = ErrorLog()
         self._ready: concurrent.futures.Future[Platforms] = concurrent.futures.Future()
+        self._llm: FakeLLM | None = None
+        self._prompts_seen = 0  # model requests made before the example began
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="fuzz-gateway", daemon=True)
@@ -95,7 +98,7 @@ class FuzzServer:
             return value
 
         try:
-            llm = await enter(fake_llm())
+            llm = self._llm = await enter(fake_llm())
             telegram, whatsapp = await enter(tg.fake_telegram()), await enter(wa.fake_graph())
             gateway = platform_gateway(
                 self._database_url,
@@ -244,6 +247,7 @@ class FuzzServer:
             shown = repr(example)
             note(f"input: {shown if len(shown) < 3000 else shown[:3000] + ' ...'}")
         self.errors.begin()
+        self._prompts_seen = len(self._prompts())
 
     def failure(self, problem: str) -> AssertionError:
         """A failure for a 5xx or a dropped socket, carrying what the server logged for
@@ -260,6 +264,23 @@ class FuzzServer:
     def assert_not_5xx(self, response: httpx.Response, what: object) -> None:
         if response.status_code >= 500:
             raise self.failure(f"{response.status_code} for {what!r}: {response.text[:300]!r}")
+
+    def _prompts(self) -> list[str]:
+        """Every model request so far, as text."""
+        assert self._llm is not None, "server not started"
+        llm = self._llm
+
+        async def requests() -> list[str]:
+            return [prompt_text(request) for request in llm.requests]
+
+        return self.call(requests())
+
+    def assert_shown_escaped(self, typed: list[str], what: object) -> None:
+        """No model request since the example began holds a line of `typed` that passes
+        for one the gateway writes, as it is: each reached the model escaped."""
+        for prompt in self._prompts()[self._prompts_seen :]:
+            forged = forged_lines_shown(typed, prompt)
+            assert not forged, f"{what!r}: the model read {forged!r} as the gateway's"
 
     def assert_no_errors(self, what: object) -> None:
         new = self.errors.unchecked()
