@@ -201,8 +201,9 @@ def _source(record: Fields) -> str | None:
 
 
 def profile_line(record: Fields) -> Fact:
-    # One line of the profile's text: a line break would split it in two.
-    line = record.text("text").replace("\r", " ").replace("\n", " ")
+    # One line of the profile's text, as the gateway writes one: any line break (U+2028
+    # and NEL too) would split it in two in the system prompt.
+    line = " ".join(record.text("text").split())
     return Fact(line, _evidence(record))
 
 
