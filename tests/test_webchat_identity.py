@@ -1,5 +1,6 @@
 """A site's identified user: one conversation on every device, refused tokens said
-plainly, sessions that end with the site's token; CORS for the allowed origins only."""
+plainly, sessions that end with the site's token; CORS and the socket for the allowed
+origins only."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import jwt
+import pytest
+from websockets.exceptions import InvalidStatus
 
 from tests.fakes.llm_server import FakeLLM
 from tests.support.clock import ManualClock
-from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, running_gateway
+from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, next_frame, running_gateway
 
 SECRET = "site-identity-secret-0123456789abcdef"
 SHOP = "https://shop.example"
@@ -119,3 +122,30 @@ async def test_allowed_origins_may_call_the_web_chat_api_and_nothing_else(
     assert "access-control-allow-origin" not in other.headers
     assert created.headers["access-control-allow-origin"] == SHOP
     assert "access-control-allow-origin" not in operator.headers
+
+
+@pytest.mark.parametrize("allowed", [True, False], ids=["listed", "unset"])
+async def test_the_socket_takes_pages_of_the_allowed_origins_and_clients_without_one(
+    database_url: str, tmp_path: Path, llm: FakeLLM, allowed: bool
+) -> None:
+    extra = {"webchat_allowed_origins": SHOP} if allowed else {}
+    settings = make_settings(database_url, tmp_path, llm, **extra)
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        with pytest.raises(InvalidStatus) as foreign:
+            async with gw.socket(token, origin="https://evil.example"):
+                pass
+        taken = []
+        # The gateway's own pages, an app or a script (no Origin), and the listed site.
+        origins = [gw.url, None] + ([SHOP] if allowed else [])
+        for origin in origins:
+            async with gw.socket(token, origin=origin, ready=False) as ws:
+                taken.append((await next_frame(ws))["type"])
+        if not allowed:
+            with pytest.raises(InvalidStatus) as unlisted:
+                async with gw.socket(token, origin=SHOP):
+                    pass
+            assert unlisted.value.response.status_code == 403
+
+    assert foreign.value.response.status_code == 403
+    assert taken == ["ready"] * len(origins)
