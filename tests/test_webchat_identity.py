@@ -1,20 +1,32 @@
 """A site's identified user: one conversation on every device, refused tokens said
-plainly, sessions that end with the site's token; CORS and the socket for the allowed
-origins only."""
+plainly, sessions (open sockets too) that end with the site's token; CORS and the socket
+for the allowed origins only."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.fakes.llm_server import FakeLLM
 from tests.support.clock import ManualClock
-from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, next_frame, running_gateway
+from tests.support.harness import (
+    ADMIN_TOKEN,
+    Gateway,
+    make_settings,
+    next_frame,
+    running_gateway,
+)
 
 SECRET = "site-identity-secret-0123456789abcdef"
 SHOP = "https://shop.example"
@@ -35,12 +47,44 @@ async def _identify(gw: Gateway, token: str) -> tuple[int, dict[str, Any]]:
     return response.status_code, response.json()
 
 
-async def test_one_person_on_every_device_and_nobody_else(
+async def _signed_in(gw: Gateway, token: str) -> str:
+    """The web chat token a site's identity token is exchanged for."""
+    status, body = await _identify(gw, token)
+    assert status == 200, body
+    web_token: str = body["token"]
+    return web_token
+
+
+async def _close_code(ws: ClientConnection) -> int | None:
+    """The code the server closes the socket with, once every frame before it is read."""
+    try:
+        while True:
+            await ws.recv()
+    except ConnectionClosed as closed:
+        return None if closed.rcvd is None else closed.rcvd.code
+
+
+@contextlib.asynccontextmanager
+async def _site_gateway(
     database_url: str, tmp_path: Path, llm: FakeLLM
-) -> None:
+) -> AsyncIterator[tuple[Gateway, ManualClock]]:
+    """A gateway that takes the site's identity tokens, on a clock the test moves."""
     clock = ManualClock(START)
     settings = make_settings(database_url, tmp_path, llm, webchat_identity_secret=SECRET)
     async with running_gateway(settings, clock=clock) as gw:
+        yield gw, clock
+
+
+async def _admin(gw: Gateway, path: str) -> Any:
+    response = await gw.http.get(path, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_one_person_on_every_device_and_nobody_else(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with _site_gateway(database_url, tmp_path, llm) as (gw, clock):
         _, phone = await _identify(gw, _token(clock))
         _, laptop = await _identify(gw, _token(clock))
         _, stranger = await _identify(gw, _token(clock, sub="user-43"))
@@ -122,6 +166,56 @@ async def test_allowed_origins_may_call_the_web_chat_api_and_nothing_else(
     assert "access-control-allow-origin" not in other.headers
     assert created.headers["access-control-allow-origin"] == SHOP
     assert "access-control-allow-origin" not in operator.headers
+
+
+async def test_an_open_socket_is_closed_when_the_sign_in_expires(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm, webchat_identity_secret=SECRET)
+    async with running_gateway(settings) as gw:
+        expires = int(time.time()) + 3  # in 2 to 3 s
+        claims = {"sub": "user-42", "exp": expires}
+        token = await _signed_in(gw, jwt.encode(claims, SECRET, algorithm="HS256"))
+        async with gw.socket(token) as ws:
+            await ws.send(json.dumps({"type": "message", "text": "in time", "client_id": "a"}))
+            ack = await next_frame(ws, "ack")
+            # Its reply and then, once the token has run out, the end: awaited, never slept.
+            async with asyncio.timeout(15):
+                expired = await next_frame(ws, "error")
+                code = await _close_code(ws)
+        ended_at = time.time()
+        http = await gw.http.get("/webchat/messages", headers={"Authorization": f"Bearer {token}"})
+
+    assert ack["seq"] == 1
+    assert expired["code"] == "expired"
+    assert "identify again" in expired["detail"]
+    assert code == 4401
+    assert ended_at >= expires  # not before its time
+    assert http.status_code == 401
+
+
+async def test_a_message_that_comes_after_the_sign_in_expired_is_not_stored(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with _site_gateway(database_url, tmp_path, llm) as (gw, clock):
+        status, signed_in = await _identify(gw, _token(clock))
+        assert status == 200, signed_in
+        conversation = signed_in["conversation_id"]
+        async with gw.socket(signed_in["token"]) as ws:
+            await ws.send(json.dumps({"type": "message", "text": "in time", "client_id": "a"}))
+            await next_frame(ws, "ack")
+            await next_frame(ws, "message")
+            await next_frame(ws, "message")  # its reply: nothing is running now
+            clock.advance(timedelta(hours=2))  # past the token's `exp`
+            await ws.send(json.dumps({"type": "message", "text": "too late", "client_id": "b"}))
+            refused = await next_frame(ws)
+            code = await asyncio.wait_for(_close_code(ws), 10)
+        stored = await _admin(gw, f"/api/v1/sessions/{conversation}/messages")
+
+    assert refused["type"] == "error"
+    assert refused["code"] == "expired"
+    assert code == 4401
+    assert [m["text"] for m in stored["items"] if m["role"] == "user"] == ["in time"]
 
 
 @pytest.mark.parametrize("allowed", [True, False], ids=["listed", "unset"])
