@@ -1,6 +1,6 @@
-"""A site's identified user: one conversation on every device, refused tokens said
-plainly, sessions (open sockets too) that end with the site's token; CORS and the socket
-for the allowed origins only."""
+"""A site's identified user: one conversation on every device, under the name the site
+gives, refused tokens said plainly, sessions (open sockets too) that end with the site's
+token; CORS and the socket for the allowed origins only."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +19,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from memory.archive.transcript import render_transcript
+from memory.storage.models import Role
 from tests.fakes.llm_server import FakeLLM
 from tests.support.clock import ManualClock
 from tests.support.harness import (
@@ -216,6 +219,45 @@ async def test_a_message_that_comes_after_the_sign_in_expired_is_not_stored(
     assert refused["code"] == "expired"
     assert code == 4401
     assert [m["text"] for m in stored["items"] if m["role"] == "user"] == ["in time"]
+
+
+async def test_an_identified_person_goes_by_the_name_their_site_gives(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with _site_gateway(database_url, tmp_path, llm) as (gw, clock):
+        first = await _signed_in(gw, _token(clock, name="Ada"))
+        await gw.send(first, "as Ada")
+        # A later token names her otherwise: the new name holds from then on, cleaned
+        # of what could break a transcript's header line or could not be stored.
+        renamed = await _signed_in(gw, _token(clock, name=" Ada\n\tLovelace\u202e\u0000 "))
+        await gw.send(renamed, "as Ada Lovelace")
+        unnamed = await _signed_in(gw, _token(clock, name=None))  # a name is kept
+        async with gw.socket(unnamed) as ws:
+            await ws.send(json.dumps({"type": "message", "text": "from a socket"}))
+            await next_frame(ws, "ack")
+        long = await _signed_in(gw, _token(clock, sub="user-43", name="\ud800" + "é" * 300))
+        await gw.send(long, "a long name")
+        people = {
+            p["identities"][0]["external_id"]: p
+            for p in (await _admin(gw, "/api/v1/users"))["items"]
+        }
+        ada = people["site:user-42"]
+        [conversation] = ada["conversations"]
+        session = await _admin(gw, f"/api/v1/sessions/{conversation}")
+        stored = await gw.services.repos.messages.messages_after(uuid.UUID(conversation), 0, 100)
+        typed = [m for m in stored if m.role is Role.USER]
+        transcript = render_transcript(typed, "UTC")
+
+    assert [m.author_name for m in typed] == ["Ada", "Ada Lovelace", "Ada Lovelace"]
+    assert [line for line in transcript.splitlines() if line.startswith("[")] == [
+        "[2026-06-01 12:00 · webchat · user Ada]",
+        "[2026-06-01 12:00 · webchat · user Ada Lovelace]",
+        "[2026-06-01 12:00 · webchat · user Ada Lovelace]",
+    ]
+    assert ada["display_name"] == "Ada Lovelace"
+    assert [i["display_name"] for i in ada["identities"]] == ["Ada Lovelace"]
+    assert session["title"] == "Ada Lovelace"
+    assert people["site:user-43"]["display_name"] == "\ufffd" + "é" * 199
 
 
 @pytest.mark.parametrize("allowed", [True, False], ids=["listed", "unset"])

@@ -1,5 +1,5 @@
-"""Web chat visitors: who holds a token, for how long, and what they may send how
-often."""
+"""Web chat visitors: who holds a token, for how long, under what name, and what they
+may send how often."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from gateway.messages import Inbound
 from gateway.settings import Settings
 
 CHANNEL = "webchat"
+# An anonymous visitor's label; a site's identified user goes by the name the site gives.
 VISITOR_NAME = "Web visitor"
 # A site's identified user is the web chat identity `site:<sub>` (anonymous visitors'
 # ids are hex, so the two never meet).
@@ -68,6 +69,10 @@ class Visitors:
         user = self._identities.read(identity_token)
         visitor_id = f"{SITE_PREFIX}{user.sub}"
         identity = await self.gateway.identity(CHANNEL, visitor_id, user.name or VISITOR_NAME)
+        # The site's latest word on its user's name holds (on every device, for what they
+        # write from now on); a token without a name leaves it as it is.
+        if user.name is not None and user.name != identity.display_name:
+            identity = await self.gateway.relabel(identity, user.name)
         visitor = Visitor(visitor_id, identity, user.expires_at)
         return visitor, self.tokens.issue_identified(visitor_id, user.expires_at)
 
@@ -107,11 +112,13 @@ class Visitors:
         limit = self.settings.max_message_chars
         if len(text) > limit:
             raise InputError(f"text is longer than {limit} characters")
+        # Read afresh: the site may have renamed its user since this visitor came.
+        visitor = await self.by_id(visitor_id)
         inbound = Inbound(
             channel=CHANNEL,
             external_user_id=visitor_id,
             text=text,
             platform_message_id=platform_id,
-            display_name=VISITOR_NAME,
+            display_name=visitor.identity.display_name or VISITOR_NAME,
         )
         return await self.gateway.receive(inbound)
