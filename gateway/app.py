@@ -47,8 +47,8 @@ def create_app(
         BodyLimit, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout_seconds
     )
     app.add_middleware(SecurityHeaders)
-    if settings.webchat_allowed_origins:
-        app.add_middleware(WebchatCORS, origins=settings.webchat_allowed_origins)
+    # Unset, the web chat is for Parley's own pages: its socket refuses any other.
+    app.add_middleware(WebchatCORS, origins=settings.webchat_allowed_origins)
     app.add_middleware(AccessLog)  # outermost: it sees every answer, 413s included
     install_error_handlers(app)
     app.include_router(health.router)

@@ -3,6 +3,7 @@
 ParleyError
 ├── ConfigError            a setting is invalid; start-up refuses
 ├── AuthError              a token or signature did not verify
+│   ├── SignInExpired      a token that was good has run out; its issuer gives a new one
 │   └── AccessRefused      the channel's access policy does not let this person in
 ├── InputError             a client sent something we will not store
 ├── RateLimited            a client asked too often; it may try again after a while
@@ -25,6 +26,11 @@ class ConfigError(ParleyError):
 
 class AuthError(ParleyError):
     """Credentials were missing or wrong."""
+
+
+class SignInExpired(AuthError):
+    """A token that was good has run out: the client asks where it got it for a new one
+    (a site's identified web chat visitor, the site)."""
 
 
 class AccessRefused(AuthError):

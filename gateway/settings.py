@@ -103,8 +103,8 @@ class Settings(BaseSettings):
     # Signs the identity tokens a site gives the widget for its logged-in user (HS256);
     # unset: only anonymous visitors.
     webchat_identity_secret: SecretStr | None = None
-    # Origins whose pages may call the web chat API (CORS) and frame it; unset: only
-    # Parley's own.
+    # Origins whose pages may call the web chat API (CORS), open its socket and frame
+    # it; unset: only Parley's own.
     webchat_allowed_origins: CommaList = ()
 
     llm_provider: LLMProviderName = LLMProviderName.OFFLINE

@@ -29,7 +29,7 @@ from memory.storage.models import (
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, FakeLLM, Reply
 from tests.support.archive_checks import request_kind
-from tests.support.dashboard import DESKTOP, PHONE, Dashboard, dashboard, sign_in
+from tests.support.dashboard import DESKTOP, PHONE, Dashboard, Dialogs, dashboard, sign_in
 from tests.support.polling import eventually
 from tests.support.webpage import screenshot
 
@@ -232,6 +232,44 @@ async def test_a_reply_the_platform_refuses_turns_failed_live_with_its_reason_an
     assert stored is not None
     assert "qxrefusal42" in stored
     assert delivered == Delivery.SENT
+
+
+async def test_a_notice_goes_with_the_page_it_was_said_on(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    async with dashboard(database_url, tmp_path, llm, page) as d:
+        bo = d.world.bo
+        toast = page.locator("#toast")
+        await sign_in(page, d.url)
+        await page.goto(f"{d.url}/admin#/people/{bo.user_id}")
+        await expect(page.locator("#live")).to_have_text("live")
+        await page.get_by_label("Message from an operator").fill("An operator, briefly.")
+        await page.get_by_role("button", name="Send").click()
+        await expect(toast).to_have_text("Sent, labelled as from an operator.")
+        source = await d.one(
+            select(Message.source).where(
+                Message.conversation_id == bo.conversation_id,
+                Message.text == "An operator, briefly.",
+            )
+        )
+
+        # Another page: the notice of the last one is not left over its charts.
+        await page.get_by_role("link", name="Health").click()
+        await expect(page.get_by_role("heading", name="Health", exact=True)).to_be_visible()
+        over_health = await toast.text_content()
+
+        # An action that moves to another page says its notice there.
+        dialogs = Dialogs(page)
+        dialogs.accept = True
+        await page.goto(f"{d.url}/admin#/people/{bo.user_id}/memory")
+        await page.get_by_role("button", name="Erase this person").click()
+        await expect(page.get_by_role("heading", name="People", exact=True)).to_be_visible()
+        await expect(toast).to_contain_text("Erased:")
+        erased = await d.one(select(Identity.id).where(Identity.user_id == bo.user_id))
+
+    assert source == "operator via REST"
+    assert over_health == ""
+    assert erased is None
 
 
 async def test_health_shows_the_waiting_work_and_the_charts_the_database_holds(

@@ -54,7 +54,8 @@ window.Parley = window.Parley || {{ q: [] }};
 ["open", "close", "identify", "on"].forEach(n => window.Parley[n] = window.Parley[n] ||
   ((...a) => window.Parley.q.push([n, ...a])));
 window.Parley.on("message", m => (window.seen = (window.seen || []).concat([m])));
-window.Parley.on("unread", u => (window.unread = u.count));</script>
+window.Parley.on("unread", u => (window.unread = u.count));
+window.Parley.on("expired", () => (window.expired = (window.expired || 0) + 1));</script>
 <script src="{gateway}/webchat/widget.js" data-title="Shop chat" {attributes} async></script>
 </body></html>"""
 
@@ -271,6 +272,35 @@ async def test_identified_on_two_devices_one_conversation_and_nobody_elses(
     assert on_laptop == ["my parcel number is 77", "Noted, Ada."]
     assert for_stranger == ["hello?", "reply 2"]
     assert stranger_stored == for_stranger
+
+
+async def test_a_sign_in_that_runs_out_asks_the_site_and_goes_on_as_the_same_person(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    async with shop_and_gateway(database_url, tmp_path, llm) as (shop, gw):
+        earlier = await gw.http.post(
+            "/webchat/identify", json={"identity_token": _identity_token("ada")}
+        )
+        await gw.send(earlier.json()["token"], "said earlier")
+        frame = await _identified(page, shop, _identity_token("ada", seconds=3))
+        await expect(frame.locator(".msg.user")).to_have_text(["said earlier"])
+
+        # The token runs out: the panel is hers no more, and the site is asked.
+        await expect(frame.locator("#status")).to_have_text("signed out", timeout=TIMEOUT_MS)
+        left = await frame.locator(".msg").all_text_contents()
+        asked = await page.evaluate("window.expired")
+
+        # The site signs her in again: her conversation goes on.
+        await page.evaluate("t => window.Parley.identify(t)", _identity_token("ada"))
+        await expect(frame.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
+        await _say(frame, "said after")
+        await expect(frame.locator(".msg.user")).to_have_text(["said earlier", "said after"])
+        await expect(frame.locator(".msg.assistant:not(.draft)")).to_have_count(2)
+        stored = [m["text"] for m in await gw.history(await _frame_token(frame))]
+
+    assert left == ["Your sign-in has expired."]
+    assert asked == 1
+    assert stored == ["said earlier", "reply 1", "said after", "reply 2"]
 
 
 async def _identified(page: Page, shop: str, identity_token: str) -> Frame:

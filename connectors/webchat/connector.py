@@ -106,7 +106,7 @@ def _router(visitors: Visitors) -> APIRouter:
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError("send the web chat token as `Authorization: Bearer <token>`")
-        return visitors.tokens.verify(token.strip())
+        return visitors.tokens.verify(token.strip()).visitor
 
     VisitorId = Annotated[str, Depends(bearer)]
 

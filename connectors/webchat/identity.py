@@ -1,6 +1,6 @@
 """Identity tokens: a site that knows its logged-in user signs a short-lived HS256 token
 (`sub`, optional `name`, `exp` at most 24 h ahead) with PARLEY_WEBCHAT_IDENTITY_SECRET,
-and the web chat joins that person's one conversation on any device.
+and the web chat joins that person's one conversation on any device, under that name.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import jwt
 
 from gateway.errors import AuthError
+from gateway.text import NAME_CHARS, clean
 
 MAX_LIFETIME_SECONDS = 24 * 3600
 # Clocks of the site and the gateway may disagree by this much.
@@ -20,13 +21,15 @@ LEEWAY_SECONDS = 30
 # A site's user id: what sites use (numbers, uuids, e-mail addresses), nothing that
 # could pass for the separators of our own ids.
 _SUB = re.compile(r"[A-Za-z0-9_.@+-]{1,128}")
-NAME_CHARS = 200
+# What would take a name out of its one line (a transcript's header is that line) or
+# turn what follows it around on screen: controls, line breaks, bidi controls.
+_BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\s]+")
 
 
 @dataclass(frozen=True, slots=True)
 class SiteUser:
     sub: str
-    name: str | None
+    name: str | None  # as `display_name` makes it
     expires_at: int  # Unix time
 
 
@@ -59,4 +62,10 @@ class IdentityTokens:
             raise AuthError("the identity token's `sub` must be 1-128 letters, digits or ._@+-")
         if name is not None and not isinstance(name, str):
             raise AuthError("the identity token's `name` must be text")
-        return SiteUser(sub, name[:NAME_CHARS] if name else None, expires)
+        return SiteUser(sub, None if name is None else display_name(name), expires)
+
+
+def display_name(name: str) -> str | None:
+    """A site's name for its user as we label them: storable, on one line, at most
+    NAME_CHARS long; None if nothing is left of it."""
+    return _BREAKS.sub(" ", clean(name)).strip()[:NAME_CHARS].rstrip() or None

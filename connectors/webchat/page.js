@@ -311,7 +311,8 @@
         clearShown();
         note(f.text);
         refreshUnread();  // nothing is left unread
-      } else if (f.type === "error") {
+      } else if (f.type === "error" && f.code === "expired") signedOut();
+      else if (f.type === "error") {
         if (f.code === "unauthorized") forget();
         note(f.detail);
         giveBack(f.client_id);
@@ -325,6 +326,20 @@
       if (draft) { draft.remove(); draft = null; }
       retry();
     };
+  }
+
+  // The site's sign-in has run out (the server closes the socket with it). What was shown
+  // was that person's and goes; the site is told (the widget's "expired" event) so it can
+  // identify() them again, and until it does, or the visitor writes, nothing connects:
+  // a new session started now would be a stranger's. Messages not yet stored stay.
+  function signedOut() {
+    socket = null;
+    started = false;
+    status.textContent = "signed out";
+    forget();
+    note("Your sign-in has expired.");
+    refreshUnread();
+    tellHost("parley:event", { event: "expired" });
   }
 
   // The token no longer works (say the secret key changed): the next connection starts a new

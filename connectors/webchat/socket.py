@@ -3,6 +3,10 @@
 Server frames for stored messages go out in seq order with no gaps once the client
 has said where it stands (`resume`): a live message that does not follow the last
 one sent makes the socket catch up from the database first.
+
+A socket lasts as long as the token it was opened with: when a site's identified
+visitor's token runs out, the socket says so (`expired`) and is closed, and nothing
+that comes after is taken.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
+from starlette.types import Message
 
 from connectors.webchat.schema import AuthFrame, ClientFrame, ResumeFrame, SeenFrame
+from connectors.webchat.tokens import EXPIRED
 from connectors.webchat.visitors import Visitor, Visitors
 from gateway.channels.port import StoredMessage
-from gateway.errors import AccessRefused, AuthError, InputError, RateLimited
+from gateway.errors import AccessRefused, AuthError, InputError, RateLimited, SignInExpired
 from gateway.http.errors import validation_errors
 from gateway.http.wire import MessageOut
 from gateway.text import MAX_INT64
@@ -53,6 +59,15 @@ class _Outbox:
 
     async def error(self, code: str, detail: str, **extra: Any) -> None:
         await self.frame({"type": "error", "code": code, "detail": detail, **extra})
+
+    async def last(self, payload: dict[str, Any], code: int) -> None:
+        """Send `payload`, then close the socket with `code`."""
+        async with self._lock:
+            await self._close(payload, code)
+
+    async def _close(self, payload: dict[str, Any], code: int) -> None:
+        await self._ws.send_json(payload)
+        await self._ws.close(code=code)
 
     async def resume(self, after_seq: int, recent: int | None = None) -> None:
         async with self._lock:
@@ -93,8 +108,7 @@ class _Outbox:
                 await self._catch_up()
             elif isinstance(event, Ended):
                 # Its seqs mean nothing now: the client's next connection starts afresh.
-                await self._ws.send_json({"type": "ended", "text": event.notice})
-                await self._ws.close(code=GONE)
+                await self._close({"type": "ended", "text": event.notice}, GONE)
 
     async def _message(self, message: StoredMessage) -> None:
         if self._sent_seq is not None:
@@ -137,7 +151,9 @@ async def serve_socket(websocket: WebSocket, visitors: Visitors, token: str | No
     except WebSocketDisconnect:
         return
     except AuthError as exc:
-        await websocket.send_json({"type": "error", "code": "unauthorized", "detail": str(exc)})
+        # An expired sign-in is the site's to renew: the client asks it, not for a session.
+        code = "expired" if isinstance(exc, SignInExpired) else "unauthorized"
+        await websocket.send_json({"type": "error", "code": code, "detail": str(exc)})
         await websocket.close(code=UNAUTHORIZED)
         return
     try:
@@ -179,7 +195,10 @@ async def _converse(websocket: WebSocket, visitors: Visitors, visitor: Visitor) 
             # Where this person stopped reading, on any device: the client's unread count.
             await outbox.frame({"type": "ready", "seen_seq": seen})
             while True:
-                message = await websocket.receive()
+                message = await _receive(websocket, visitors, visitor)
+                if message is None:
+                    await outbox.last(_expired(), UNAUTHORIZED)
+                    return
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text")
@@ -197,6 +216,21 @@ async def _converse(websocket: WebSocket, visitors: Visitors, visitor: Visitor) 
             forward.cancel()
             with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
                 await forward
+
+
+async def _receive(websocket: WebSocket, visitors: Visitors, visitor: Visitor) -> Message | None:
+    """The client's next message while the visitor's token works; None once it has run
+    out, at that moment, and for a frame that came too late."""
+    while True:
+        left = visitors.seconds_left(visitor)
+        if left is not None and left <= 0:
+            return None
+        # Checked again on waking: the timer and the clock may disagree by a little.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(left):
+                message = await websocket.receive()
+            left = visitors.seconds_left(visitor)
+            return message if left is None or left > 0 else None
 
 
 async def _forward(events: asyncio.Queue[Event], outbox: _Outbox) -> None:
@@ -238,6 +272,10 @@ def _larger_than(text: str, max_bytes: int) -> bool:
     if len(text) * 4 <= max_bytes:
         return False
     return len(text.encode("utf-8", "replace")) > max_bytes
+
+
+def _expired() -> dict[str, Any]:
+    return {"type": "error", "code": "expired", "detail": EXPIRED}
 
 
 def _limited(exc: RateLimited) -> dict[str, Any]:

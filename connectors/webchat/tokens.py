@@ -1,8 +1,8 @@
 """Signed visitor tokens: each grants exactly one visitor's conversation.
 
 An anonymous visitor's token (`wc1`) lasts; one issued for a site's identified user
-(`wc2`) expires with the identity token it was exchanged for, so a session ends when
-the site stops vouching for its user.
+(`wc2`) expires with the identity token it was exchanged for, so a session (an open
+socket too) ends when the site stops vouching for its user.
 """
 
 from __future__ import annotations
@@ -14,11 +14,22 @@ import hmac
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from gateway.errors import AuthError
+from gateway.errors import AuthError, SignInExpired
 
 _PREFIX = "wc1"
 _IDENTIFIED = "wc2"
+EXPIRED = "the web chat sign-in has expired: identify again"
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What a verified token grants: one visitor, until `expires_at` (Unix time; None:
+    for good)."""
+
+    visitor: str
+    expires_at: int | None = None
 
 
 class VisitorTokens:
@@ -39,9 +50,9 @@ class VisitorTokens:
         payload = f"{_b64(visitor.encode())}.{expires_at}"
         return f"{_IDENTIFIED}.{payload}.{self._sign(payload, purpose=b'webchat-identified:')}"
 
-    def verify(self, token: str) -> str:
-        """The visitor id a token grants; `AuthError` if it was not signed by us, or
-        has expired."""
+    def verify(self, token: str) -> Grant:
+        """What a token grants; `AuthError` if it was not signed by us, `SignInExpired`
+        if it has run out."""
         if token.startswith(_IDENTIFIED + "."):
             return self._verify_identified(token)
         prefix, _, rest = token.partition(".")
@@ -51,21 +62,23 @@ class VisitorTokens:
             raise AuthError("malformed web chat token")
         if not hmac.compare_digest(signature, self._sign(visitor)):
             raise AuthError("invalid web chat token")
-        return visitor
+        return Grant(visitor)
 
-    def _verify_identified(self, token: str) -> str:
+    def _verify_identified(self, token: str) -> Grant:
         parts = token.split(".")
         if len(parts) != 4 or not token.isascii() or not parts[2].isdigit():
             raise AuthError("malformed web chat token")
         payload = f"{parts[1]}.{parts[2]}"
         if not hmac.compare_digest(parts[3], self._sign(payload, b"webchat-identified:")):
             raise AuthError("invalid web chat token")
-        if int(parts[2]) <= self._now():
-            raise AuthError("the web chat sign-in has expired: identify again")
         try:
-            return base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode()
+            visitor = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode()
         except (binascii.Error, UnicodeDecodeError):
             raise AuthError("malformed web chat token") from None
+        expires_at = int(parts[2])
+        if expires_at <= self._now():
+            raise SignInExpired(EXPIRED)
+        return Grant(visitor, expires_at)
 
     def _sign(self, payload: str, purpose: bytes = b"webchat-visitor:") -> str:
         digest = hmac.new(self._key, purpose + payload.encode(), hashlib.sha256)

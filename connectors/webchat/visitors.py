@@ -1,4 +1,5 @@
-"""Web chat visitors: who holds a token, and what they may send how often."""
+"""Web chat visitors: who holds a token, for how long, under what name, and what they
+may send how often."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gateway.messages import Inbound
 from gateway.settings import Settings
 
 CHANNEL = "webchat"
+# An anonymous visitor's label; a site's identified user goes by the name the site gives.
 VISITOR_NAME = "Web visitor"
 # A site's identified user is the web chat identity `site:<sub>` (anonymous visitors'
 # ids are hex, so the two never meet).
@@ -23,6 +25,8 @@ SITE_PREFIX = "site:"
 class Visitor:
     id: str
     identity: IdentityRef
+    # When the token they came with stops working (Unix time); None: it does not.
+    expires_at: int | None = None
 
 
 class Visitors:
@@ -65,16 +69,27 @@ class Visitors:
         user = self._identities.read(identity_token)
         visitor_id = f"{SITE_PREFIX}{user.sub}"
         identity = await self.gateway.identity(CHANNEL, visitor_id, user.name or VISITOR_NAME)
-        return Visitor(visitor_id, identity), self.tokens.issue_identified(
-            visitor_id, user.expires_at
-        )
+        # The site's latest word on its user's name holds (on every device, for what they
+        # write from now on); a token without a name leaves it as it is.
+        if user.name is not None and user.name != identity.display_name:
+            identity = await self.gateway.relabel(identity, user.name)
+        visitor = Visitor(visitor_id, identity, user.expires_at)
+        return visitor, self.tokens.issue_identified(visitor_id, user.expires_at)
 
     async def visitor(self, token: str) -> Visitor:
-        return await self.by_id(self.tokens.verify(token))
+        grant = self.tokens.verify(token)
+        return await self.by_id(grant.visitor, grant.expires_at)
 
-    async def by_id(self, visitor_id: str) -> Visitor:
-        """The visitor of an id a verified token carried."""
-        return Visitor(visitor_id, await self.gateway.identity(CHANNEL, visitor_id, VISITOR_NAME))
+    async def by_id(self, visitor_id: str, expires_at: int | None = None) -> Visitor:
+        """The visitor of an id a verified token carried (that expires at `expires_at`)."""
+        identity = await self.gateway.identity(CHANNEL, visitor_id, VISITOR_NAME)
+        return Visitor(visitor_id, identity, expires_at)
+
+    def seconds_left(self, visitor: Visitor) -> float | None:
+        """How long the visitor's token still works (0 or less: no more); None: for good."""
+        if visitor.expires_at is None:
+            return None
+        return visitor.expires_at - self.gateway.clock.now().timestamp()
 
     async def submit(self, visitor_id: str, text: str, client_id: str | None) -> Received:
         # Client ids are only unique per visitor; the platform id must be per channel.
@@ -97,11 +112,13 @@ class Visitors:
         limit = self.settings.max_message_chars
         if len(text) > limit:
             raise InputError(f"text is longer than {limit} characters")
+        # Read afresh: the site may have renamed its user since this visitor came.
+        visitor = await self.by_id(visitor_id)
         inbound = Inbound(
             channel=CHANNEL,
             external_user_id=visitor_id,
             text=text,
             platform_message_id=platform_id,
-            display_name=VISITOR_NAME,
+            display_name=visitor.identity.display_name or VISITOR_NAME,
         )
         return await self.gateway.receive(inbound)

@@ -4,7 +4,8 @@
 // Options: data-title, data-greeting, data-color, data-position ("right" | "left"), data-open.
 // API: window.Parley.open(), .close(), .identify(token), .on(event, fn); calls made
 // before this script has loaded wait in window.Parley.q (see the README's snippet).
-// Events: "open", "close", "message" ({seq, role}), "unread" ({count}).
+// Events: "open", "close", "message" ({seq, role}), "unread" ({count}), "expired" (the
+// sign-in given by identify() ran out: identify() again with a fresh token).
 (() => {
   const script = document.currentScript;
   if (!script || window.Parley && window.Parley.loaded) return;

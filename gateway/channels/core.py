@@ -8,6 +8,7 @@ can do (split, pace, type, take notices) is read from its `Capabilities`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -87,6 +88,10 @@ class Core:
             timezone=self._default_timezone,
             now=self._clock.now(),
         )
+
+    async def relabel(self, identity: IdentityRef, display_name: str) -> IdentityRef:
+        await self._identities.relabel(identity.identity_id, display_name)
+        return dataclasses.replace(identity, display_name=display_name)
 
     async def receive(self, inbound: Inbound) -> Received:
         """Store a message and start its turn; `AccessRefused` (nothing stored) if the

@@ -109,9 +109,15 @@ class Gateway(Protocol):
         """The chats of a channel read from within `within`, with how far each was read."""
         ...
 
-    async def identity(
-        self, channel: str, external_id: str, display_name: str = ""
-    ) -> IdentityRef: ...
+    async def identity(self, channel: str, external_id: str, display_name: str = "") -> IdentityRef:
+        """The identity of `external_id` on `channel`, with its person and conversation;
+        made on first contact, labelled `display_name` (which says nothing otherwise)."""
+        ...
+
+    async def relabel(self, identity: IdentityRef, display_name: str) -> IdentityRef:
+        """The identity goes by `display_name` from now on (the platform said so); so do
+        its person and their conversation, where they went by its old label."""
+        ...
 
     async def history(
         self, conversation_id: uuid.UUID, after_seq: int, limit: int

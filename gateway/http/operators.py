@@ -20,6 +20,7 @@ from fastapi import Request, Response
 from starlette.requests import HTTPConnection
 
 from gateway.clock import Clock
+from gateway.http.cors import own_origin
 from gateway.http.problems import ApiError
 from gateway.http.ratelimit import RateLimit
 from memory.storage.operator_sessions import OperatorSessions
@@ -96,7 +97,7 @@ class OperatorAuth:
         if not hmac.compare_digest(given.encode(), operator.csrf.encode()):
             raise ApiError(403, f"a change needs the session's CSRF token in {CSRF_HEADER}")
         origin = request.headers.get("origin")
-        if origin is not None and origin != _origin(request):
+        if origin is not None and origin != own_origin(request):
             raise ApiError(403, "a change must come from the dashboard's own origin")
 
     async def sign_out(self, operator: Operator, response: Response) -> None:
@@ -119,7 +120,3 @@ class OperatorAuth:
 
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _origin(request: Request) -> str:
-    return f"{request.url.scheme}://{request.headers.get('host', '')}"

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import personal_conversation
 from memory.storage.inserts import insert_or_skip
-from memory.storage.models import Conversation, Identity, User
+from memory.storage.models import Conversation, ConversationKind, Identity, User
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,9 @@ class IdentityRef:
     user_id: uuid.UUID
     conversation_id: uuid.UUID
     timezone: str
+    # The identity's label: the name the platform (or the site) gave when it was last
+    # told, not necessarily the person's (User.display_name).
+    display_name: str = ""
 
 
 class UnlinkStatus(StrEnum):
@@ -70,18 +73,49 @@ class Identities:
             conversation = personal_conversation(user.id, display_name, now)
             session.add(conversation)
             await session.commit()
-            return IdentityRef(identity_id, user.id, conversation.id, timezone)
+            return IdentityRef(identity_id, user.id, conversation.id, timezone, display_name)
+
+    async def relabel(self, identity_id: uuid.UUID, display_name: str) -> None:
+        """The identity is now called `display_name`; so are its person and their own
+        conversation where they went by its old label (a name an operator or another
+        channel gave them stays)."""
+        async with self._sessions() as session:
+            identity = await session.get(Identity, identity_id)
+            if identity is None or identity.display_name == display_name:
+                return
+            old, identity.display_name = identity.display_name, display_name
+            await session.execute(
+                update(User)
+                .where(User.id == identity.user_id, User.display_name == old)
+                .values(display_name=display_name)
+            )
+            await session.execute(
+                update(Conversation)
+                .where(
+                    Conversation.user_id == identity.user_id,
+                    Conversation.kind == ConversationKind.PERSONAL,
+                    Conversation.title == old,
+                )
+                .values(title=display_name)
+            )
+            await session.commit()
 
     async def _find_identity(self, channel: str, external_id: str) -> IdentityRef | None:
         query = (
-            select(Identity.id, Identity.user_id, Conversation.id, User.timezone)
+            select(
+                Identity.id,
+                Identity.user_id,
+                Conversation.id,
+                User.timezone,
+                Identity.display_name,
+            )
             .join(User, User.id == Identity.user_id)
             .join(Conversation, Conversation.user_id == User.id)
             .where(Identity.channel == channel, Identity.external_id == external_id)
         )
         async with self._sessions() as session:
             row = (await session.execute(query)).one_or_none()
-        return None if row is None else IdentityRef(row[0], row[1], row[2], row[3])
+        return None if row is None else IdentityRef(*row)
 
     async def seen_seq(self, identity_id: uuid.UUID) -> int:
         """How far the identity has read its conversation (0: nothing yet)."""

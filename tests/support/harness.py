@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.typing import Origin
 
 from gateway.app import create_app
 from gateway.clock import Clock
@@ -91,13 +92,17 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def socket(
-        self, token: str, *, in_url: bool = False, ready: bool = True
+        self, token: str, *, in_url: bool = False, ready: bool = True, origin: str | None = None
     ) -> AsyncIterator[ClientConnection]:
         """A web chat socket that has sent its `auth` frame (or, `in_url`, the older
         `?token=`), past its `ready` frame; `ready=False`: before it (the first frame is
-        `ready`, or the error that refused the token)."""
+        `ready`, or the error that refused the token). `origin`: the page's origin a
+        browser would send (None: none, like an app or a script)."""
         url = self.url.replace("http", "ws", 1) + "/webchat/ws"
-        async with connect(url + f"?token={token}" if in_url else url) as websocket:
+        async with connect(
+            url + f"?token={token}" if in_url else url,
+            origin=None if origin is None else Origin(origin),
+        ) as websocket:
             if not in_url:
                 await websocket.send(json.dumps({"type": "auth", "token": token}))
             if ready:

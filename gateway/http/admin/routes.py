@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.http.assets import GET_AND_HEAD, Asset
+from gateway.http.cors import own_origin
 from gateway.http.deps import OperatorsDep, ServicesDep
 from gateway.http.operators import OperatorAuth
 from gateway.http.problems import ApiError, responses
@@ -136,9 +137,7 @@ async def live(
 
 async def _refusal(websocket: WebSocket, operators: OperatorAuth) -> tuple[int, str] | None:
     # A socket has no CSRF header: the browser's Origin must be the dashboard's own.
-    host = websocket.headers.get("host", "")
-    scheme = "https" if websocket.url.scheme == "wss" else "http"
-    if websocket.headers.get("origin") != f"{scheme}://{host}":
+    if websocket.headers.get("origin") != own_origin(websocket):
         return FORBIDDEN, "the live socket is for the dashboard's own page"
     if await operators.operator(websocket) is None:
         return UNAUTHORIZED, "sign in first"

@@ -17,10 +17,26 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
+// A notice belongs to the page it was said on (its route): it goes when another page is
+// shown, not over that page's content. A page shown again (after an action) keeps it; an
+// action that moves to another page says its notice once it has moved.
+let noticeRoute = null;
+
 export function say(text) {
   toast.textContent = text;
+  noticeRoute = location.hash;
   clearTimeout(say.timer);
-  say.timer = setTimeout(() => { toast.textContent = ""; }, 5000);
+  say.timer = setTimeout(unsay, 5000);
+}
+
+function unsay() {
+  toast.textContent = "";
+  clearTimeout(say.timer);
+}
+
+// The router is about to show the current route: a notice of another page goes.
+export function arrive() {
+  if (noticeRoute !== location.hash) unsay();
 }
 
 // An event handler whose failure is said in the toast, not left as an uncaught error.

@@ -1,12 +1,13 @@
 // The operator dashboard: a client of the REST API (/api/v1), one module per page.
 // Routes: #/people, #/people/ID[/memory][?seq=N], #/operations, #/health.
 import { CSRF, reach } from "./api.js";
-import { guarded, h, setRefresh, show } from "./dom.js";
+import { arrive, guarded, h, setRefresh, show } from "./dom.js";
 import { healthPage } from "./health.js";
 import { operationsPage } from "./operations.js";
 import { peoplePage, personPage } from "./people.js";
 
 async function route() {
+  arrive();
   const [path, query] = (location.hash.slice(1) || "/people").split("?");
   const params = new URLSearchParams(query || "");
   const parts = path.split("/").filter(Boolean);

@@ -16,8 +16,8 @@ export async function memory(body, person, conversation) {
     action("Erase this person", async () => {
       if (!confirm(`Erase ${person.display_name} and everything of theirs? This cannot be undone.`)) return;
       const erased = (await api("DELETE", `/users/${person.id}`)).data;
-      say(`Erased: ${erased.messages} messages, ${erased.chunks} archive rows.`);
       location.hash = "#/people";
+      say(`Erased: ${erased.messages} messages, ${erased.chunks} archive rows.`);
     }, "danger"));
   body.append(search, timeline, profile, lookups, people, danger);
   searchBox(search, person, conversation);
