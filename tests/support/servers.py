@@ -13,6 +13,9 @@ from gateway.http.server import server_config
 from gateway.settings import Settings
 
 START_DEADLINE_SECONDS = 10.0
+# How long stopping may take beyond the gateway's own shutdown budget (which it may
+# spend whole waiting for a turn still running, as it does on a busy machine).
+STOP_MARGIN_SECONDS = 10.0
 
 
 @contextlib.asynccontextmanager
@@ -34,6 +37,7 @@ async def serve(
             log_level="warning",
             ws="websockets-sansio",
         )
+    stop_deadline = STOP_MARGIN_SECONDS + (settings.shutdown_seconds if settings else 0.0)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
@@ -48,4 +52,4 @@ async def serve(
     finally:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, timeout=START_DEADLINE_SECONDS)
+            await asyncio.wait_for(task, timeout=stop_deadline)
