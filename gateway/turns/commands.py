@@ -11,10 +11,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from memory.provenance import COMMAND_SOURCE
 from memory.storage.messages import StoredMessage
 
-__all__ = ["COMMAND_SOURCE", "Commands", "Handler", "Invocation"]
+__all__ = ["Commands", "Handler", "Invocation", "NotACommand"]
 # `/name`, `/name@botname` (Telegram groups), then optional arguments.
 _COMMAND = re.compile(r"^/([a-z][a-z0-9_]{0,31})(?:@\w+)?(?:\s+(.*))?$", re.IGNORECASE | re.DOTALL)
 
@@ -31,6 +30,11 @@ class Invocation:
 
 
 Handler = Callable[[Invocation], Awaitable[str]]
+
+
+class NotACommand(LookupError):
+    """Asked to answer a message that invokes no command: whoever asked skipped
+    `recognises`."""
 
 
 class Commands:
@@ -59,5 +63,11 @@ class Commands:
             return None
         return Invocation(match.group(1).lower(), (match.group(2) or "").strip(), message)
 
-    async def run(self, invocation: Invocation) -> str:
+    def recognises(self, message: StoredMessage) -> bool:
+        return self.parse(message) is not None
+
+    async def answer(self, message: StoredMessage) -> str:
+        invocation = self.parse(message)
+        if invocation is None:
+            raise NotACommand
         return await self._handlers[invocation.name](invocation)
