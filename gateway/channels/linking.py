@@ -17,7 +17,7 @@ import uuid
 from datetime import timedelta
 
 from gateway.clock import Clock
-from gateway.turns.commands import Commands, Invocation
+from gateway.commands.registry import Command, Invocation
 from gateway.turns.runner import TurnRunner
 from memory.storage.identities import UnlinkStatus
 from memory.storage.linking import LinkStatus
@@ -69,15 +69,17 @@ class Linking:
         self._runner = runner
         self._clock = clock
 
-    def register(self, commands: Commands) -> None:
-        commands.register(
-            "link",
-            self.link,
-            "/link — a code to join this chat with your other ones (/link CODE to use one)",
-        )
-        commands.register(
-            "unlink", self.unlink, "/unlink — give this chat a conversation of its own again"
-        )
+    def commands(self) -> list[Command]:
+        return [
+            Command(
+                "link",
+                self.link,
+                "/link — a code to join this chat with your other ones (/link CODE to use one)",
+            ),
+            Command(
+                "unlink", self.unlink, "/unlink — give this chat a conversation of its own again"
+            ),
+        ]
 
     async def link(self, invocation: Invocation) -> str:
         identity_id = invocation.message.identity_id

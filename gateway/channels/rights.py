@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from gateway.channels.outbox import Outbox
 from gateway.clock import Clock
-from gateway.turns.commands import Commands, Invocation
+from gateway.commands.registry import Command, Invocation
 from gateway.turns.hub import Ended, Hub
 from memory.storage.conversations import Conversations
 from memory.storage.rights import Rights
@@ -56,11 +56,11 @@ class PersonalRights:
         self._clock = clock
         self._public_url = None if public_url is None else public_url.rstrip("/")
 
-    def register(self, commands: Commands) -> None:
-        commands.register(
-            "export", self.export, "/export — a one-time link to everything I keep of you"
-        )
-        commands.register("erase", self.erase, "/erase — erase everything I keep of you")
+    def commands(self) -> list[Command]:
+        return [
+            Command("export", self.export, "/export — a one-time link to everything I keep of you"),
+            Command("erase", self.erase, "/erase — erase everything I keep of you"),
+        ]
 
     async def export(self, invocation: Invocation) -> str:
         owner = await self._conversations.personal_owner(invocation.conversation_id)
