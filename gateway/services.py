@@ -27,11 +27,12 @@ from gateway.channels.pacing import Pacing
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Connector
 from gateway.channels.registry import enabled_connectors
-from gateway.channels.rights import PersonalRights
 from gateway.clock import Clock, SystemClock
 from gateway.commands.help import HelpCommand
+from gateway.commands.linking import LinkCommands
 from gateway.commands.profile import ProfileCommands
 from gateway.commands.registry import Commands
+from gateway.commands.rights import RightsCommands
 from gateway.commands.status import StatusCommand
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
@@ -167,14 +168,20 @@ class Services:
             metrics=metrics,
             recall=RecallTools(Recall(archive, repos.search, profiles), repos.lookups, clock),
         )
-        linking = Linking(repos=repos, runner=runner, clock=clock)
+        linking = Linking(links=repos.links, runner=runner, clock=clock)
         # Every family of chat commands, one entry each; `/help` lists what is here.
         commands.register(
             HelpCommand(commands),
             StatusCommand(archive, repos.deliveries, profiles, repos.lookups),
             ProfileCommands(repos.conversations, profiles, clock),
-            linking,
-            PersonalRights(
+            LinkCommands(
+                linking=linking,
+                links=repos.links,
+                identities=repos.identities,
+                conversations=repos.conversations,
+                clock=clock,
+            ),
+            RightsCommands(
                 rights=repos.rights,
                 conversations=repos.conversations,
                 erase=repos.erasure.erase_user,

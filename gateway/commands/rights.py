@@ -21,6 +21,7 @@ from memory.storage.rights import Rights
 
 EXPORT_TTL = timedelta(hours=24)
 ERASE_TTL = timedelta(minutes=10)
+# Where export links point; the route that serves them (`gateway.http.exports`) reads it.
 EXPORT_PATH = "/exports/"
 # Web chat pages are served by the gateway itself: a link relative to it works there.
 RELATIVE_LINKS = frozenset({"webchat"})
@@ -36,7 +37,7 @@ ERASED_NOTICE = (
 )
 
 
-class PersonalRights:
+class RightsCommands:
     def __init__(
         self,
         *,
@@ -48,6 +49,7 @@ class PersonalRights:
         clock: Clock,
         public_url: str | None,
     ) -> None:
+        """`erase` erases a person and all that is kept of them."""
         self._rights = rights
         self._conversations = conversations
         self._erase = erase
