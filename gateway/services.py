@@ -27,8 +27,13 @@ from gateway.channels.pacing import Pacing
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Connector
 from gateway.channels.registry import enabled_connectors
-from gateway.channels.rights import PersonalRights
 from gateway.clock import Clock, SystemClock
+from gateway.commands.help import HelpCommand
+from gateway.commands.linking import LinkCommands
+from gateway.commands.profile import ProfileCommands
+from gateway.commands.registry import Commands
+from gateway.commands.rights import RightsCommands
+from gateway.commands.status import StatusCommand
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
@@ -38,14 +43,11 @@ from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.text import clean
 from gateway.turns.answering import TurnLimits
-from gateway.turns.commands import Commands
 from gateway.turns.hub import DeliveryChanged, Hub
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
-from gateway.turns.profile_commands import register_profile_commands
 from gateway.turns.recall_tools import RecallTools
 from gateway.turns.runner import TurnRunner
-from gateway.turns.status import register_status
 from memory.archive.archive import Archive
 from memory.portable.export import Exports
 from memory.portable.imports import Imports
@@ -166,19 +168,29 @@ class Services:
             metrics=metrics,
             recall=RecallTools(Recall(archive, repos.search, profiles), repos.lookups, clock),
         )
-        linking = Linking(repos=repos, runner=runner, clock=clock)
-        linking.register(commands)
-        PersonalRights(
-            rights=repos.rights,
-            conversations=repos.conversations,
-            erase=repos.erasure.erase_user,
-            outbox=outbox,
-            hub=hub,
-            clock=clock,
-            public_url=settings.public_url,
-        ).register(commands)
-        register_status(commands, archive, repos.deliveries, profiles, repos.lookups)
-        register_profile_commands(commands, repos.conversations, profiles, clock)
+        linking = Linking(links=repos.links, runner=runner, clock=clock)
+        # Every family of chat commands, one entry each; `/help` lists what is here.
+        commands.register(
+            HelpCommand(commands),
+            StatusCommand(archive, repos.deliveries, profiles, repos.lookups),
+            ProfileCommands(repos.conversations, profiles, clock),
+            LinkCommands(
+                linking=linking,
+                links=repos.links,
+                identities=repos.identities,
+                conversations=repos.conversations,
+                clock=clock,
+            ),
+            RightsCommands(
+                rights=repos.rights,
+                conversations=repos.conversations,
+                erase=repos.erasure.erase_user,
+                outbox=outbox,
+                hub=hub,
+                clock=clock,
+                public_url=settings.public_url,
+            ),
+        )
         core = Core(
             repos=repos,
             hub=hub,

@@ -1,12 +1,9 @@
-"""`/link` and `/unlink`: one person, one conversation, on every channel.
+"""Linking people: their conversations rewritten into one while their turns are held.
 
-`/link` answers with a one-time code valid for ten minutes; `/link CODE` sent from
-another channel attaches that channel's identity to the code issuer's person and merges
-the two conversations into one (see `Links.redeem_link_code`). `/unlink` gives the
-current channel a conversation of its own again.
-
-Both run as chat commands, in the turn order of the conversation they were typed in.
-A merge also rewrites the issuer's conversation, so its turns are held meanwhile.
+A merge rewrites every conversation it touches, so nothing may answer in them
+meanwhile: `held` holds their turns, on every replica, for as long as the rewrite runs.
+An operator's merge of two people (REST, the dashboard) and a person's own `/link CODE`
+(`gateway.commands.linking`) both go through it.
 """
 
 from __future__ import annotations
@@ -14,119 +11,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from datetime import timedelta
+from collections.abc import AsyncIterator, Iterable
 
 from gateway.clock import Clock
-from gateway.turns.commands import Commands, Invocation
 from gateway.turns.runner import TurnRunner
-from memory.storage.identities import UnlinkStatus
-from memory.storage.linking import LinkStatus
-from memory.storage.repositories import Repositories
+from memory.storage.linking import Links
 
-CODE_TTL = timedelta(minutes=10)
 # Two people linking into each other's conversation at the same moment would wait on
 # each other forever; one of them is asked to try again instead.
 GUARD_WAIT_SECONDS = 30.0
 
-BUSY_ANSWER = "I'm busy with your other chat right now; please send that again in a minute."
-GROUP_ANSWER = "Please send /link in a private chat with me, not in a group."
-_CHECK_ANSWERS = {
-    LinkStatus.UNKNOWN: (
-        "I don't know that code. Check it, or send /link in your other chat for a new one."
-    ),
-    LinkStatus.EXPIRED: (
-        "That code has expired (codes last 10 minutes). Send /link in your other chat "
-        "for a new one."
-    ),
-    LinkStatus.USED: (
-        "That code has already been used. Send /link in your other chat for a new one."
-    ),
-    LinkStatus.ALREADY_LINKED: "This chat is already part of that conversation.",
-}
-
-
-def issued_answer(code: str) -> str:
-    return (
-        f"Your link code is {code}. Within 10 minutes, send\n/link {code}\n"
-        "from your other chat (Telegram, WhatsApp, Discord or web chat), and the two "
-        "become one conversation."
-    )
-
-
-def linked_answer(channel: str) -> str:
-    where = f"your {channel} chat" if channel else "your other chat"
-    return (
-        f"Linked: this chat and {where} are now one conversation, and I remember "
-        "what you said in both."
-    )
-
 
 class Linking:
-    def __init__(self, *, repos: Repositories, runner: TurnRunner, clock: Clock) -> None:
-        self._links = repos.links
-        self._identities = repos.identities
-        self._conversations = repos.conversations
+    def __init__(self, *, links: Links, runner: TurnRunner, clock: Clock) -> None:
+        self._links = links
         self._runner = runner
         self._clock = clock
 
-    def register(self, commands: Commands) -> None:
-        commands.register(
-            "link",
-            self.link,
-            "/link — a code to join this chat with your other ones (/link CODE to use one)",
-        )
-        commands.register(
-            "unlink", self.unlink, "/unlink — give this chat a conversation of its own again"
-        )
-
-    async def link(self, invocation: Invocation) -> str:
-        identity_id = invocation.message.identity_id
-        if identity_id is None or await self._conversations.group_of(invocation.conversation_id):
-            return GROUP_ANSWER
-        now = self._clock.now()
-        if not invocation.args:
-            code = await self._links.issue_link_code(identity_id, now=now, ttl=CODE_TTL)
-            return issued_answer(code)
-        check = await self._links.check_link_code(invocation.args, identity_id, now=now)
-        if check.status is not LinkStatus.READY or check.survivor is None:
-            return _CHECK_ANSWERS.get(check.status, _CHECK_ANSWERS[LinkStatus.UNKNOWN])
+    @contextlib.asynccontextmanager
+    async def held(self, conversations: Iterable[uuid.UUID]) -> AsyncIterator[None]:
+        """The conversations' turns held, taken in the order given; `TimeoutError` if
+        they are not all taken within `GUARD_WAIT_SECONDS`."""
         async with contextlib.AsyncExitStack() as held:
-            try:
-                async with asyncio.timeout(GUARD_WAIT_SECONDS):
-                    await held.enter_async_context(self._runner.guard(check.survivor))
-            except TimeoutError:
-                return BUSY_ANSWER
-            result = await self._links.redeem_link_code(
-                invocation.args,
-                identity_id,
-                now=self._clock.now(),
-                answering_message_id=invocation.message.id,
-            )
-        if result.status is LinkStatus.LINKED:
-            return linked_answer(result.issuer_channel)
-        return _CHECK_ANSWERS.get(result.status, _CHECK_ANSWERS[LinkStatus.UNKNOWN])
-
-    async def unlink(self, invocation: Invocation) -> str:
-        identity_id = invocation.message.identity_id
-        if identity_id is None or await self._conversations.group_of(invocation.conversation_id):
-            return "Please send /unlink in a private chat with me, not in a group."
-        status = await self._identities.unlink(identity_id, now=self._clock.now())
-        if status is UnlinkStatus.ONLY_IDENTITY:
-            return "This chat isn't linked to any other, so there is nothing to unlink."
-        return (
-            f"Unlinked: this {invocation.message.channel} chat starts a conversation of its "
-            "own from now on. What you said before stays with your other chats."
-        )
+            async with asyncio.timeout(GUARD_WAIT_SECONDS):
+                for conversation_id in conversations:
+                    await held.enter_async_context(self._runner.guard(conversation_id))
+            yield
 
     async def merge(self, survivor_user: uuid.UUID, absorbed_user: uuid.UUID) -> bool:
         """An operator's merge of two people, their turns held meanwhile; `TimeoutError`
         if a turn would not let go in time."""
+        # In id order, so two merges of the same pair never wait on each other.
         conversations = await self._links.personal_conversations(survivor_user, absorbed_user)
-        async with contextlib.AsyncExitStack() as held:
-            async with asyncio.timeout(GUARD_WAIT_SECONDS):
-                # In id order, so two merges of the same pair never wait on each other.
-                for conversation_id in conversations:
-                    await held.enter_async_context(self._runner.guard(conversation_id))
+        async with self.held(conversations):
             merged = await self._links.merge_users(
                 survivor_user, absorbed_user, now=self._clock.now()
             )

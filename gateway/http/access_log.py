@@ -16,7 +16,7 @@ import structlog
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.channels.rights import EXPORT_PATH
+from gateway.commands.rights import EXPORT_PATH
 from gateway.logs import REDACTED
 
 HEADER = "x-request-id"

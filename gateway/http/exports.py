@@ -17,7 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, status
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from gateway.channels.rights import EXPORT_PATH
+from gateway.commands.rights import EXPORT_PATH
 from gateway.http.api.erasure import export_response
 from gateway.http.assets import GET_AND_HEAD
 from gateway.http.deps import ServicesDep

@@ -25,9 +25,9 @@ from gateway.llm import LLMProvider
 from gateway.metrics import Metrics
 from gateway.tasks import finish_or_cancel
 from gateway.turns.answering import Answer, Answerer, Recalling, TurnContext, TurnLimits
-from gateway.turns.commands import COMMAND_SOURCE, Commands, Invocation
 from gateway.turns.hub import Hub
 from gateway.turns.leases import ConversationLeases
+from memory.provenance import COMMAND_SOURCE
 from memory.storage.conversations import Conversations, TurnState
 from memory.storage.leases import Held, LeaseLost
 from memory.storage.messages import Messages, NewMessage, StoredMessage
@@ -45,6 +45,21 @@ class Outbox(Protocol):
 
     async def deliver(self, reply: StoredMessage, trigger: StoredMessage) -> None:
         """Send a stored reply; `trigger` is the message that started the turn."""
+        ...
+
+
+class ChatCommands(Protocol):
+    """The gateway's own chat commands (`gateway.commands`): answered in the turn order
+    of the conversation they were typed in, by the gateway, never by the model. A port,
+    as the outbox is: the commands use the turns (`/link` holds them while it merges),
+    so they sit above them and the runner reaches them only through this."""
+
+    def recognises(self, message: StoredMessage) -> bool:
+        """True if the message invokes a command the gateway answers."""
+        ...
+
+    async def answer(self, message: StoredMessage) -> str:
+        """Run the command the message invokes; what to answer."""
         ...
 
 
@@ -86,7 +101,7 @@ class TurnRunner:
         limits: TurnLimits,
         outbox: Outbox,
         leases: ConversationLeases,
-        commands: Commands | None = None,
+        commands: ChatCommands,
         memory: TurnMemory | None = None,
         presence: Presence | None = None,
         metrics: Metrics | None = None,
@@ -109,7 +124,7 @@ class TurnRunner:
         )
         self._outbox = outbox
         self._leases = leases
-        self._commands = commands or Commands()
+        self._commands = commands
         self._memory = memory or NoMemory()
         self._presence = presence or _no_presence
         # Per-conversation locks held by a loop's step, or by `guard()` from outside.
@@ -246,11 +261,11 @@ class TurnRunner:
     async def _step(self, state: TurnState, context: TurnContext) -> bool:
         """Answer the first command, or every message before the first command; True if
         messages the step read are left unanswered."""
-        invocations = [self._commands.parse(m) for m in state.unanswered]
-        if invocations[0] is not None:
-            await self._run_command(state, invocations[0])
-            return len(invocations) > 1
-        count = next((i for i, inv in enumerate(invocations) if inv is not None), len(invocations))
+        is_command = [self._commands.recognises(m) for m in state.unanswered]
+        if is_command[0]:
+            await self._run_command(state, state.unanswered[0])
+            return len(is_command) > 1
+        count = next((i for i, command in enumerate(is_command) if command), len(is_command))
         answered = state.unanswered[:count]
         upto = answered[-1].seq
         # Later user messages (after a command) belong to later turns.
@@ -266,14 +281,14 @@ class TurnRunner:
         self._metrics.turn_seconds.observe(time.monotonic() - started)
         self._metrics.live_window_tokens.observe(live_tokens)
         await self._memory.after_turn(state.conversation_id, live_tokens)
-        return count < len(invocations)
+        return count < len(is_command)
 
-    async def _run_command(self, state: TurnState, invocation: Invocation) -> None:
-        answer = await self._command(invocation)
+    async def _run_command(self, state: TurnState, message: StoredMessage) -> None:
+        answer = await self._command(message)
         # A command may move its own message: `/link CODE` merges this conversation
         # into another. The answer follows the message, and that conversation's
         # turns take over from here.
-        trigger = await self._messages.message_by_id(invocation.message.id)
+        trigger = await self._messages.message_by_id(message.id)
         if trigger is None:
             # `/erase CODE` erased the conversation, this message with it; the command
             # said so itself, and there is nothing left to answer.
@@ -288,9 +303,9 @@ class TurnRunner:
         if moved:
             self.request(trigger.conversation_id)
 
-    async def _command(self, invocation: Invocation) -> Answer:
+    async def _command(self, message: StoredMessage) -> Answer:
         self._metrics.turns.labels("command").inc()
-        return Answer(await self._commands.run(invocation), Role.EVENT, COMMAND_SOURCE)
+        return Answer(await self._commands.answer(message), Role.EVENT, COMMAND_SOURCE)
 
     async def _finish(
         self, state: TurnState, trigger: StoredMessage, answer: Answer, held: Held | None

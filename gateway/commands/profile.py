@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 from gateway.clock import Clock
-from gateway.turns.commands import Commands, Invocation
+from gateway.commands.registry import Command, Invocation
 from memory.profile.facts import Sources
 from memory.profile.profiles import Profiles
 from memory.storage.conversations import Conversations
 
 
-def register_profile_commands(
-    commands: Commands, conversations: Conversations, profiles: Profiles, clock: Clock
-) -> None:
-    async def show(invocation: Invocation) -> str:
-        owner = await conversations.personal_owner(invocation.conversation_id)
+class ProfileCommands:
+    def __init__(self, conversations: Conversations, profiles: Profiles, clock: Clock) -> None:
+        self._conversations = conversations
+        self._profiles = profiles
+        self._clock = clock
+
+    def commands(self) -> list[Command]:
+        return [
+            Command(
+                "profile",
+                self.show,
+                "/profile — what I remember about you (/profile sources: where from)",
+            ),
+            Command(
+                "forget", self.forget, "/forget WORDS — drop the facts about you that mention them"
+            ),
+        ]
+
+    async def show(self, invocation: Invocation) -> str:
+        owner = await self._conversations.personal_owner(invocation.conversation_id)
         if owner is None:
             return "Profiles are personal: ask me in a direct chat."
-        profile = await profiles.get(owner)
+        profile = await self._profiles.get(owner)
         if not profile.lines:
             return "I have not noted anything lasting about you yet."
         if invocation.args.strip().lower() not in ("sources", "evidence"):
@@ -30,14 +45,14 @@ def register_profile_commands(
             for n, fact in enumerate(profile.facts, 1)
         )
 
-    async def forget(invocation: Invocation) -> str:
-        owner = await conversations.personal_owner(invocation.conversation_id)
+    async def forget(self, invocation: Invocation) -> str:
+        owner = await self._conversations.personal_owner(invocation.conversation_id)
         if owner is None:
             return "Profiles are personal: ask me in a direct chat."
         needle = invocation.args.strip()
         if len(needle) < 3:
             return "Tell me what to forget, e.g. `/forget dentist` (3 characters or more)."
-        gone = await profiles.forget(owner, needle, clock.now())
+        gone = await self._profiles.forget(owner, needle, self._clock.now())
         if not gone:
             return f"Nothing in your profile mentions “{needle}”."
         listed = "\n".join(f"- {line}" for line in gone)
@@ -45,13 +60,6 @@ def register_profile_commands(
             f"Forgotten ({len(gone)}):\n{listed}\n"
             "They are out of your profile; a record is kept in your retired facts."
         )
-
-    commands.register(
-        "profile", show, "/profile — what I remember about you (/profile sources: where from)"
-    )
-    commands.register(
-        "forget", forget, "/forget WORDS — drop the facts about you that mention them"
-    )
 
 
 def _where(sources: Sources) -> str:

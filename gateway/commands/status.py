@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.turns.commands import Commands, Invocation
+from gateway.commands.registry import Command, Invocation
 from memory.archive.archive import Archive
 from memory.archive.reads import ArchiveStatus
 from memory.profile.profiles import Profiles
@@ -14,35 +14,40 @@ LEVEL_NAMES = {0: "chunks", 1: "consolidated chunks"}
 LOOKUPS_SHOWN = 3
 
 
-def register_status(
-    commands: Commands,
-    archive: Archive,
-    deliveries: Deliveries,
-    profiles: Profiles,
-    lookups: Lookups,
-) -> None:
-    async def status(invocation: Invocation) -> str:
+class StatusCommand:
+    def __init__(
+        self, archive: Archive, deliveries: Deliveries, profiles: Profiles, lookups: Lookups
+    ) -> None:
+        self._archive = archive
+        self._deliveries = deliveries
+        self._profiles = profiles
+        self._lookups = lookups
+
+    def commands(self) -> list[Command]:
+        return [
+            Command("status", self.status, "/status — how this conversation and its archive stand")
+        ]
+
+    async def status(self, invocation: Invocation) -> str:
         conversation = invocation.conversation_id
-        lines = [describe(await archive.status(conversation))]
-        uncertain = await deliveries.uncertain_parts(conversation)
+        lines = [describe(await self._archive.status(conversation))]
+        uncertain = await self._deliveries.uncertain_parts(conversation)
         if uncertain:
             lines.append(
                 f"Reply parts in doubt after a restart: {uncertain} "
                 "(the gateway stopped while sending them)."
             )
-        refused = await profiles.refused_in(conversation)
+        refused = await self._profiles.refused_in(conversation)
         if refused:
             lines.append(
                 f"Profile facts refused: {refused} (the model offered them without a "
                 "message you typed to show for them)."
             )
-        latest = await lookups.newest(conversation, limit=LOOKUPS_SHOWN)
+        latest = await self._lookups.newest(conversation, limit=LOOKUPS_SHOWN)
         if latest:
             lines.append("Last looked up in the archive:")
             lines += [f"- {lookup.tool} {_clip(lookup.arguments)}" for lookup in latest]
         return "\n".join(lines)
-
-    commands.register("status", status, "/status — how this conversation and its archive stand")
 
 
 def describe(status: ArchiveStatus) -> str:

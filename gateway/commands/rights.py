@@ -14,13 +14,14 @@ from datetime import timedelta
 
 from gateway.channels.outbox import Outbox
 from gateway.clock import Clock
-from gateway.turns.commands import Commands, Invocation
+from gateway.commands.registry import Command, Invocation
 from gateway.turns.hub import Ended, Hub
 from memory.storage.conversations import Conversations
 from memory.storage.rights import Rights
 
 EXPORT_TTL = timedelta(hours=24)
 ERASE_TTL = timedelta(minutes=10)
+# Where export links point; the route that serves them (`gateway.http.exports`) reads it.
 EXPORT_PATH = "/exports/"
 # Web chat pages are served by the gateway itself: a link relative to it works there.
 RELATIVE_LINKS = frozenset({"webchat"})
@@ -36,7 +37,7 @@ ERASED_NOTICE = (
 )
 
 
-class PersonalRights:
+class RightsCommands:
     def __init__(
         self,
         *,
@@ -48,6 +49,7 @@ class PersonalRights:
         clock: Clock,
         public_url: str | None,
     ) -> None:
+        """`erase` erases a person and all that is kept of them."""
         self._rights = rights
         self._conversations = conversations
         self._erase = erase
@@ -56,11 +58,11 @@ class PersonalRights:
         self._clock = clock
         self._public_url = None if public_url is None else public_url.rstrip("/")
 
-    def register(self, commands: Commands) -> None:
-        commands.register(
-            "export", self.export, "/export — a one-time link to everything I keep of you"
-        )
-        commands.register("erase", self.erase, "/erase — erase everything I keep of you")
+    def commands(self) -> list[Command]:
+        return [
+            Command("export", self.export, "/export — a one-time link to everything I keep of you"),
+            Command("erase", self.erase, "/erase — erase everything I keep of you"),
+        ]
 
     async def export(self, invocation: Invocation) -> str:
         owner = await self._conversations.personal_owner(invocation.conversation_id)
