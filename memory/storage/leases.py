@@ -82,6 +82,24 @@ class Leases:
             await session.commit()
         return bool(taken.rowcount)  # type: ignore[attr-defined]
 
+    async def renew(self, name: str, ttl: timedelta, *, state: str | None = None) -> bool:
+        """Extend `name` by `ttl` if it is still ours and has not expired; False: lost
+        (lapsed, or taken by another holder), and a holder must stop."""
+        now = self._now()
+        state = None if state is None else state[:STATE_CHARS]
+        async with self._sessions() as session:
+            renewed = await session.execute(
+                update(Lease)
+                .where(Lease.name == name, Lease.holder == self.holder, Lease.expires_at > now)
+                .values(expires_at=now + ttl, state=state)
+            )
+            await session.commit()
+        return bool(renewed.rowcount)  # type: ignore[attr-defined]
+
+    def now(self) -> datetime:
+        """The time leases are written with: a holder counts its lease's expiry by it."""
+        return self._now()
+
     def held(self, name: str) -> Held:
         return Held(name, self.holder)
 
