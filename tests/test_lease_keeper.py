@@ -14,6 +14,7 @@ from functools import partial
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.channels.leader import Leader
 from gateway.replicas.lease_keeper import LeaseKeeper, keep
 from memory.storage.leases import Leases
 from tests.support.clock import ManualClock
@@ -86,3 +87,28 @@ async def test_the_keeper_survives_a_failed_renewal_and_loses_a_taken_or_lapsed_
 
     assert (held_after_a_failure, taken, kept.still_held()) == (True, True, False)
     assert (held_before, lapsing.still_held()) == (True, False)
+
+
+async def test_a_leader_whose_lease_was_taken_stops_its_work(sessions: Sessions) -> None:
+    clock = ManualClock(NOW)
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def start() -> None:
+        started.set()
+
+    async def stop() -> None:
+        stopped.set()
+
+    leader = Leader(Leases(sessions, clock.now, holder="a"), "poll", start, stop, ttl=TTL)
+    leader.begin()
+    try:
+        async with asyncio.timeout(10):
+            await started.wait()
+        clock.advance(TTL * 2)  # this replica stalled
+        taken = await Leases(sessions, clock.now, holder="b").claim(leader.name, TTL)
+        async with asyncio.timeout(10):
+            await stopped.wait()
+    finally:
+        await leader.close()
+
+    assert taken
