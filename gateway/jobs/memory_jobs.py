@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from gateway.clock import Clock
 from gateway.llm import ChatTurn, LLMProvider, Prompt, complete
-from gateway.replicas.lease_keeper import hold
+from gateway.replicas.lease_keeper import hold, keep
 from gateway.settings import LLMProviderName, Settings
 from gateway.turns.answering import TurnContext
 from memory.archive.archive import Archive
@@ -155,6 +155,7 @@ def build_jobs(
         enqueue=enqueue,
         now=clock.now,
         lease=timedelta(seconds=settings.job_lease_seconds),
+        keep=keep,
         retry=RetryPolicy(
             settings.archive_retry_base_seconds,
             settings.archive_retry_max_seconds,
