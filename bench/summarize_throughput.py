@@ -55,6 +55,7 @@ from bench.memory_support import (
 )
 from gateway.jobs.memory_jobs import memory_limits
 from gateway.jobs.queue import EmbeddedQueue
+from gateway.replicas.lease_keeper import keep
 from gateway.settings import Settings
 from memory.archive.archive import Archive
 from memory.archive.jobs import EXTRACT, ROLLUP, SUMMARIZE, ArchiveJobs, RetryPolicy, summarize_key
@@ -260,6 +261,7 @@ class Bench:
             enqueue=enqueue,
             now=lambda: datetime.now(UTC),
             lease=timedelta(seconds=settings.job_lease_seconds),
+            keep=keep,
             retry=RetryPolicy(
                 settings.archive_retry_base_seconds,
                 settings.archive_retry_max_seconds,
@@ -270,7 +272,8 @@ class Bench:
 
     async def baseline(self) -> dict[str, Any]:
         for chunk_id in self.seeded.chunk_ids:
-            await self.archive.record_summary(chunk_id, SUMMARY, datetime.now(UTC))
+            # Seeded chunks were never claimed: attempt 0 is theirs.
+            await self.archive.record_summary(chunk_id, SUMMARY, datetime.now(UTC), attempt=0)
         return {}
 
     async def direct(self) -> dict[str, Any]:

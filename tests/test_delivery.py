@@ -8,14 +8,14 @@ import functools
 import itertools
 import random
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from gateway.channels.delivery import RetryPolicy
 from gateway.channels.outbox import Outbox
@@ -24,8 +24,9 @@ from gateway.channels.port import Pace
 from gateway.channels.shared_pacing import RedisPacer
 from gateway.channels.split import split_text, utf16_length
 from memory.storage.engine import create_engine, session_factory
+from memory.storage.leases import Leases
 from memory.storage.messages import NewMessage
-from memory.storage.models import Delivery, Message, Role
+from memory.storage.models import Delivery, Lease, Message, Role
 from memory.storage.repositories import Repositories
 from memory.tokens import message_tokens
 from tests.fakes import graph_api as wa
@@ -33,10 +34,15 @@ from tests.fakes import telegram_api as tg
 from tests.fakes.graph_api import GraphFail
 from tests.fakes.llm_server import FakeLLM, Reply
 from tests.fakes.telegram_api import TgFail, flood
+from tests.support.clock import ManualClock
 from tests.support.platforms import platform_gateway
 from tests.support.polling import eventually
 
 CHAT = 31337
+# Delivery lanes are leased only where replicas share a database server.
+LANES_NEED_POSTGRES = pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 PERSON = "16505550000"
 
 
@@ -367,9 +373,7 @@ async def test_a_part_in_flight_at_a_crash_is_resent_or_skipped_by_policy_and_co
     assert "Reply parts in doubt after a restart: 1" in status
 
 
-@pytest.mark.parametrize(
-    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
-)
+@LANES_NEED_POSTGRES
 async def test_a_replica_starting_mid_delivery_leaves_the_lane_to_its_worker(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
@@ -397,6 +401,36 @@ async def test_a_replica_starting_mid_delivery_leaves_the_lane_to_its_worker(
     assert "".join(parts).replace("\n", "") == text.replace("\n", "")
     assert len(parts) == 3  # each part once, in order
     assert messages[-1]["delivery"] == "sent"
+
+
+@LANES_NEED_POSTGRES
+async def test_a_replica_whose_lane_was_taken_while_it_stalled_sends_no_more_parts(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    text = _long_reply()
+    llm.script(Reply(text))
+    clock = ManualClock(datetime.now(UTC))
+    async with (
+        tg.fake_telegram() as fake,
+        platform_gateway(database_url, tmp_path, llm, tg=fake, clock=clock) as p,
+    ):
+        fake.gate = asyncio.Event()  # the first part waits at Telegram
+        await p.telegram(tg.text_update(CHAT, "tell me everything"))
+        await fake.wait_until(lambda f: len(f.calls_of("sendMessage")) == 1)
+        # This replica stalls past its lane's lease, and another replica takes the lane.
+        ttl = timedelta(seconds=p.gw.services.settings.turn_lease_seconds)
+        clock.advance(ttl + timedelta(seconds=1))
+        sessions = session_factory(p.gw.services.engine)
+        async with sessions() as session:
+            (lane,) = await session.scalars(select(Lease.name).where(Lease.name.like("lane:%")))
+        taken = await Leases(sessions, clock.now, holder="other replica").claim(lane, ttl)
+        fake.gate.set()  # the part in flight lands
+        await eventually(functools.partial(_busy, p.gw.services.outbox), until=lambda b: not b)
+        messages = await p.all_messages()
+
+    assert taken
+    assert fake.texts(CHAT) == split_text(text, 4096, utf16_length)[:1]
+    assert messages[-1]["delivery"] == "pending"  # the lane's new holder sends the rest
 
 
 async def _busy(outbox: Outbox) -> bool:

@@ -56,6 +56,8 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         ("gateway/turns/runner.py", "import gateway.channels.core", "the edge over the core"),
         # The runner asks the commands through its own port: they sit above the turns.
         ("gateway/turns/runner.py", "import gateway.commands.registry", "the edge over the core"),
+        # The lease keeper sits below every holder of a lease (turns, lanes, jobs).
+        ("gateway/replicas/lease_keeper.py", "import gateway.turns.leases", "the edge over"),
         ("connectors/telegram/normalize.py", "import memory.storage.models", "never storage"),
         ("connectors/whatsapp/graph.py", "import connectors.telegram.errors", "independent"),
         ("gateway/channels/split.py", "import gateway.channels.delivery", "no import cycles"),

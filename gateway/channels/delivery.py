@@ -29,6 +29,7 @@ from gateway.clock import Clock
 from gateway.errors import DeliveryError, Undeliverable
 from gateway.messages import Outbound
 from gateway.metrics import Metrics
+from gateway.replicas.lease_keeper import Fence, Unshared, hold
 from gateway.settings import UncertainParts
 from gateway.tasks import finish_or_cancel
 from memory.storage.deliveries import Deliveries, DeliveryMoved
@@ -49,6 +50,11 @@ class RetryPolicy:
 
     def backoff(self, failures: int) -> float:
         return full_jitter(failures, self.base_seconds, self.max_seconds)
+
+
+def lane_lease(lane: Hashable) -> str:
+    """The name of the lease that gives a chat's lane to one replica."""
+    return f"lane:{lane}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,19 +140,21 @@ class DeliveryLoop:
         queue = self._lanes[lane]
         mine = False
         try:
-            async with self._lane(lane) as mine:
-                # Not ours: another replica works this chat's lane. What is queued here
-                # stays pending in the database, and a sweep submits it again later.
-                while mine and queue:
+            async with self._lane(lane) as lease:
+                # Not ours (None), or lost: another replica works this chat's lane. What
+                # is queued here stays pending in the database, and a sweep or the
+                # lane's new holder sends it.
+                while lease is not None and lease.still_held() and queue:
                     job = queue[0]
                     try:
-                        await self._deliver(lane, job)
+                        await self._deliver(lane, job, lease)
                     except Exception:
                         # A bug must not stall the lane: the reply stays pending and is
                         # tried again by a later sweep or start.
                         log.exception("delivery crashed", message_id=job.outbound.message_id)
                     queue.popleft()
                     self._queued.discard(job.outbound.message_id)
+                mine = lease is not None and lease.still_held()
         finally:
             # Left over (not ours, or closing): pending in the database, not lost.
             del self._workers[lane]
@@ -157,12 +165,13 @@ class DeliveryLoop:
             for job in leftover:
                 await self.submit(job.outbound, job.sender)
 
-    def _lane(self, lane: Hashable) -> AbstractAsyncContextManager[bool]:
+    def _lane(self, lane: Hashable) -> AbstractAsyncContextManager[Fence | None]:
+        """The lane's lease while this process works it (None: another replica does)."""
         if self._lane_leases is None:
-            return contextlib.nullcontext(True)
-        return self._lane_leases.hold(f"lane:{lane}", self._lane_ttl)
+            return contextlib.nullcontext(Unshared())
+        return hold(self._lane_leases, lane_lease(lane), self._lane_ttl)
 
-    async def _deliver(self, lane: Hashable, job: _Job) -> None:
+    async def _deliver(self, lane: Hashable, job: _Job, lease: Fence) -> None:
         outbound, sender = job.outbound, job.sender
         state = await self._deliveries.state(outbound.message_id)
         if state is None or state.delivery is not Delivery.PENDING:
@@ -180,6 +189,13 @@ class DeliveryLoop:
                 await self._pacer.wait(sender.pacing(part))
                 if self._closing:
                     return  # still pending: the next start goes on from this part
+                if not lease.still_held():
+                    # This replica stalled and another took the lane: sending on would
+                    # interleave our parts with its. Still pending: it goes on from here.
+                    log.warning(
+                        "lost a delivery lane mid-reply", message_id=part.message_id, part=index
+                    )
+                    return
                 self._sending.add(lane)
                 try:
                     failure = await self._send_part(sender, part)

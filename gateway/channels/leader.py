@@ -2,8 +2,10 @@
 (Telegram long polling, the coming Discord gateway connection), decided by a lease.
 
 Every replica runs a `Leader` for the work; the one holding the lease starts it and
-renews the lease while it runs. If that replica dies, the lease lapses within its ttl
-and another replica's `Leader` claims it and starts the work there.
+keeps the lease while it runs (`gateway.replicas.lease_keeper`). If that replica dies,
+the lease lapses within its ttl and another replica's `Leader` claims it and starts the
+work there; if it only stalled past the ttl, or could not renew in time, it stops the
+work as soon as its keeper says the lease is lost, and asks for it again.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 
+from gateway.replicas.lease_keeper import keep
 from memory.storage.leases import Leases
 
 log = structlog.get_logger(__name__)
@@ -57,25 +60,37 @@ class Leader:
 
     async def _run(self) -> None:
         while True:
-            try:
-                ours = await self._leases.claim(self.name, self._ttl, state=self._said())
-            except Exception as exc:  # the database blinked: keep what runs, ask again
-                log.warning("could not claim a leader lease", lease=self.name, error=str(exc))
-            else:
-                await self._follow(ours)
+            since = await self._claim()
+            if since is not None:
+                await self._lead(since)
             await asyncio.sleep(self._ttl.total_seconds() / 3)
 
-    def _said(self) -> str | None:
-        """What the work says of itself, once it runs here."""
-        return self._state() if self._state is not None and self._leading else None
+    async def _claim(self) -> datetime | None:
+        """When we took the lease (None: another replica leads, or the database blinked)."""
+        since = self._leases.now()
+        try:
+            ours = await self._leases.claim(self.name, self._ttl)
+        except Exception as exc:  # the database blinked: ask again at the next tick
+            log.warning("could not claim a leader lease", lease=self.name, error=repr(exc))
+            return None
+        return since if ours else None
 
-    async def _follow(self, ours: bool) -> None:
-        if ours and not self._leading:
+    async def _lead(self, since: datetime) -> None:
+        """Run the work until the lease is lost (or `close` cancels us)."""
+        # Kept from the claim on: a slow start must not let the lease lapse.
+        async with keep(
+            self.name, self._renew, self._ttl, since=since, now=self._leases.now
+        ) as lease:
             log.info("leading", lease=self.name)
             await self._start()
             self._leading = True
-        elif not ours and self._leading:
-            # This replica stalled past its ttl and another took over: stand down.
-            log.warning("no longer leading", lease=self.name)
-            self._leading = False
-            await self._stop()
+            await lease.lost.wait()
+        log.warning("no longer leading", lease=self.name)
+        self._leading = False
+        await self._stop()
+
+    async def _renew(self) -> bool:
+        # Renewals carry what the work says of itself, once it runs (the dashboard
+        # shows it).
+        state = self._state() if self._state is not None and self._leading else None
+        return await self._leases.renew(self.name, self._ttl, state=state)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway.clock import Clock
 from gateway.llm import ChatTurn, LLMProvider, Prompt, complete
+from gateway.replicas.lease_keeper import hold, keep
 from gateway.settings import LLMProviderName, Settings
 from gateway.turns.answering import TurnContext
 from memory.archive.archive import Archive
@@ -30,7 +32,7 @@ from memory.archive.summarize import ExtractiveSummarizer, ModelSummarizer, Summ
 from memory.archive.transcript import transcript_path, write_transcript
 from memory.profile.jobs import TIDY, ProfileJobs, ProfileLimits
 from memory.profile.profiles import Profiles
-from memory.storage.leases import Leases
+from memory.storage.leases import LeaseLost, Leases
 from memory.storage.repositories import Repositories
 
 T = TypeVar("T")
@@ -105,12 +107,16 @@ class MemoryJobs:
     async def tidy(self, user_id: uuid.UUID) -> None:
         await self._leased(f"{TIDY}:{user_id}", self._profile.tidy, user_id)
 
-    async def _leased(self, name: str, work: Callable[[T], Awaitable[None]], arg: T) -> None:
+    async def _leased(
+        self, name: str, work: Callable[[T], Coroutine[Any, Any, None]], arg: T
+    ) -> None:
         # A queue may hand out the same job twice (a retry of one whose worker died,
-        # the sweep); the lease lets one run and the others return at once.
-        async with self._leases.hold(f"job:{name}", self._lease) as mine:
-            if mine:
-                await work(arg)
+        # the sweep); the lease lets one run and the others return at once. One that
+        # loses its lease midway stops: the new holder, or the next sweep, does it.
+        async with hold(self._leases, f"job:{name}", self._lease) as lease:
+            if lease is not None:
+                with contextlib.suppress(LeaseLost):  # the keeper said so in the log
+                    await lease.guard(work(arg))
 
     async def sweep(self) -> int:
         return await self._archive.sweep() + await self._profile.sweep()
@@ -149,6 +155,7 @@ def build_jobs(
         enqueue=enqueue,
         now=clock.now,
         lease=timedelta(seconds=settings.job_lease_seconds),
+        keep=keep,
         retry=RetryPolicy(
             settings.archive_retry_base_seconds,
             settings.archive_retry_max_seconds,

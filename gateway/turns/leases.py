@@ -2,8 +2,10 @@
 
 Within this process the lease is shared: the conversation's turn loop and a merge
 (linking) may both need it; the first claims it, the last releases it. Across
-processes it is exclusive, renewed while held, and it lapses by itself when its
-holder dies, so another replica can take the conversation over.
+processes it is exclusive, renewed while held (`gateway.replicas.lease_keeper`), and it
+lapses by itself when its holder dies, so another replica can take the conversation
+over. A turn's writes check the lease in their own transaction (`held`), so one that
+lost it while stalled stores nothing.
 
 Without `Leases` (an embedded SQLite database: one process by construction) every
 hold is granted at once and nothing is written: replicas need a database server.
@@ -16,14 +18,12 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import timedelta
-
-import structlog
+from datetime import datetime, timedelta
+from functools import partial
 
 from gateway.metrics import Metrics
+from gateway.replicas.lease_keeper import LeaseKeeper, keep, release
 from memory.storage.leases import Held, Leases
-
-log = structlog.get_logger(__name__)
 
 # How often to try again while another replica holds the lease and we wait for it.
 RETRY_SECONDS = 0.2
@@ -36,7 +36,8 @@ def lease_name(conversation_id: uuid.UUID) -> str:
 @dataclass
 class _Use:
     users: int = 0
-    renewer: asyncio.Task[None] | None = None
+    kept: LeaseKeeper | None = None
+    keeping: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     ready: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -68,58 +69,57 @@ class ConversationLeases:
         if leases is None:
             yield True
             return
-        name = lease_name(conversation_id)
         use = self._uses.setdefault(conversation_id, _Use())
         use.users += 1
         try:
             async with use.ready:
-                mine = use.renewer is not None or await self._claim(leases, name, wait)
-                if mine and use.renewer is None:
-                    self._held.inc()
-                    use.renewer = asyncio.create_task(self._renew(leases, name), name=name)
-            yield mine
+                if use.kept is not None and not use.kept.still_held():
+                    # Lost while this process stalled: its writes are refused by the
+                    # lease check; claim it anew rather than trust a lost keeper.
+                    await self._stop_keeping(use)
+                if use.kept is None:
+                    await self._start_keeping(leases, conversation_id, use, wait)
+            yield use.kept is not None
         finally:
             use.users -= 1
             if use.users == 0:
                 await self._let_go(leases, conversation_id, use)
 
+    async def _start_keeping(
+        self, leases: Leases, conversation_id: uuid.UUID, use: _Use, wait: float
+    ) -> None:
+        name = lease_name(conversation_id)
+        since = await self._claim(leases, name, wait)
+        if since is None:
+            return
+        renew = partial(leases.renew, name, self._ttl)
+        use.kept = await use.keeping.enter_async_context(
+            keep(name, renew, self._ttl, since=since, now=leases.now)
+        )
+        self._held.inc()
+
+    async def _stop_keeping(self, use: _Use) -> None:
+        await use.keeping.aclose()
+        use.kept, use.keeping = None, contextlib.AsyncExitStack()
+        self._held.dec()
+
     async def _let_go(self, leases: Leases, conversation_id: uuid.UUID, use: _Use) -> None:
         # Under the lock: one that comes meanwhile waits, then claims anew.
         async with use.ready:
-            if use.users == 0 and use.renewer is not None:
-                use.renewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await use.renewer
-                use.renewer = None
-                self._held.dec()
-                try:
-                    await leases.release(lease_name(conversation_id))
-                except Exception as exc:  # unreleased, it lapses within its ttl
-                    log.warning(
-                        "could not release a lease",
-                        conversation_id=str(conversation_id),
-                        error=str(exc),
-                    )
+            if use.users == 0 and use.kept is not None:
+                await self._stop_keeping(use)
+                await release(leases, lease_name(conversation_id))
             if use.users == 0:
                 self._uses.pop(conversation_id, None)
 
-    async def _claim(self, leases: Leases, name: str, wait: float) -> bool:
+    async def _claim(self, leases: Leases, name: str, wait: float) -> datetime | None:
+        """When we took the lease (None: another replica held it all along)."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait
-        while not await leases.claim(name, self._ttl):
-            if loop.time() >= give_up:
-                return False
-            await asyncio.sleep(RETRY_SECONDS)
-        return True
-
-    async def _renew(self, leases: Leases, name: str) -> None:
         while True:
-            await asyncio.sleep(self._ttl.total_seconds() / 3)
-            try:
-                if not await leases.claim(name, self._ttl):
-                    # Lapsed and taken (this process stalled): the write check refuses
-                    # the reply; the new holder answers.
-                    log.warning("lost a conversation's lease", lease=name)
-                    return
-            except Exception as exc:  # the database blinked: the next renewal may work
-                log.warning("could not renew a lease", lease=name, error=str(exc))
+            since = leases.now()
+            if await leases.claim(name, self._ttl):
+                return since
+            if loop.time() >= give_up:
+                return None
+            await asyncio.sleep(RETRY_SECONDS)

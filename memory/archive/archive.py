@@ -19,7 +19,7 @@ import itertools
 import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, case, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
@@ -283,21 +283,28 @@ class Archive(ArchiveReads):
             for child in children
         )
 
-    async def renew(self, chunk_id: int, now: datetime, lease: timedelta) -> None:
+    async def renew(self, chunk_id: int, attempt: int, now: datetime, lease: timedelta) -> bool:
+        """Extend the lease taken by claim number `attempt`; False once it is lost: it
+        expired, another claim took the chunk (counting the next attempt), or the
+        chunk is summarised or gone."""
         async with self._sessions() as session:
-            await session.execute(
+            renewed = await session.execute(
                 update(Chunk)
-                .where(Chunk.id == chunk_id, Chunk.status != ChunkStatus.READY)
+                .where(*_held_by(chunk_id, attempt), Chunk.lease_until > now)
                 .values(lease_until=now + lease)
             )
             await session.commit()
+        return bool(renewed.rowcount)  # type: ignore[attr-defined]
 
-    async def record_summary(self, chunk_id: int, summary: str, now: datetime) -> bool:
-        """Store the summary once; False if the chunk was already summarised."""
+    async def record_summary(
+        self, chunk_id: int, summary: str, now: datetime, *, attempt: int
+    ) -> bool:
+        """Store the summary written under claim number `attempt`, once; False if the
+        chunk was summarised already or claimed again since (its new holder writes)."""
         async with self._sessions() as session:
             done = await session.execute(
                 update(Chunk)
-                .where(Chunk.id == chunk_id, Chunk.status != ChunkStatus.READY)
+                .where(*_held_by(chunk_id, attempt))
                 .values(
                     summary=summary,
                     status=ChunkStatus.READY,
@@ -311,13 +318,22 @@ class Archive(ArchiveReads):
         return bool(done.rowcount)  # type: ignore[attr-defined]
 
     async def record_failure(
-        self, chunk_id: int, error: str, now: datetime, retry_at: datetime, *, failed: bool
+        self,
+        chunk_id: int,
+        error: str,
+        now: datetime,
+        retry_at: datetime,
+        *,
+        attempt: int,
+        failed: bool,
     ) -> bool:
-        """Note a failed attempt. True when the person should be told: the first chunk of
-        their conversation to be marked failed while none other is (once per outage)."""
+        """Note that claim number `attempt` failed (nothing, if the chunk was claimed
+        again since: its new holder's lease stays). True when the person should be
+        told: the first chunk of their conversation to be marked failed while none
+        other is (once per outage)."""
         async with self._sessions() as session:
-            row = await session.get(Chunk, chunk_id)
-            if row is None or row.status == ChunkStatus.READY:
+            row = await session.get(Chunk, chunk_id, with_for_update=True)
+            if row is None or row.status == ChunkStatus.READY or row.attempts != attempt:
                 return False
             # Serialise the "anyone told yet?" check per conversation (no-op on SQLite,
             # whose writers are serial anyway).
@@ -416,3 +432,9 @@ def _rollable(chunk: Chunk) -> bool:
     # A level-0 chunk rolls up only once its messages left the live window; else its
     # parent could show beside them.
     return chunk.status == ChunkStatus.READY and (chunk.level > 0 or chunk.in_timeline)
+
+
+def _held_by(chunk_id: int, attempt: int) -> tuple[ColumnElement[bool], ...]:
+    """The chunk still needs the summary of claim number `attempt`: each claim counts
+    an attempt, so a later claim (after the lease lapsed) fences out the earlier one."""
+    return (Chunk.id == chunk_id, Chunk.status != ChunkStatus.READY, Chunk.attempts == attempt)

@@ -3,17 +3,22 @@
 The functions are queue-agnostic: an embedded runner or an arq worker calls them with
 a job name and one argument. Every job is idempotent and safe to run twice: the chunk
 lease in the database decides who summarises, and a summary is stored only once.
+
+The gateway keeps the chunk's lease while the model writes (`KeepLease`: memory says
+how to renew it, the gateway's one lease keeper renews it on time). A renewal that
+fails now and then costs nothing; a lease that is lost stops the model call, and the
+summary of a claim that was overtaken is never stored (`Archive.record_summary`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -21,6 +26,7 @@ from memory.archive.archive import Archive
 from memory.archive.reads import Claim
 from memory.archive.summarize import Kind, Summarizer
 from memory.provenance import NOTICE_SOURCE
+from memory.storage.leases import LeaseLost
 from memory.storage.messages import Messages, NewMessage
 from memory.storage.models import Role
 
@@ -36,8 +42,36 @@ ARCHIVE_TROUBLE_NOTICE = (
 )
 
 
+T = TypeVar("T")
+
+
 class Enqueue(Protocol):
     async def __call__(self, job: str, arg: str, *, key: str, defer: float = 0.0) -> None: ...
+
+
+class KeptLease(Protocol):
+    def still_held(self) -> bool:
+        """Whether the lease is still ours: asked before a write."""
+        ...
+
+    async def guard(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run `work`, cancelled with `LeaseLost` raised if the lease is lost first."""
+        ...
+
+
+class KeepLease(Protocol):
+    """Keep a lease, claimed at `since`, for as long as a block runs: renewed with
+    `renew` (True: still ours) every so often; times on the clock `now`."""
+
+    def __call__(
+        self,
+        name: str,
+        renew: Callable[[], Awaitable[bool]],
+        ttl: timedelta,
+        *,
+        since: datetime,
+        now: Callable[[], datetime],
+    ) -> AbstractAsyncContextManager[KeptLease]: ...
 
 
 def summarize_key(chunk_id: int, attempts: int) -> str:
@@ -69,10 +103,12 @@ class ArchiveJobs:
         enqueue: Enqueue,
         now: Callable[[], datetime],
         lease: timedelta,
+        keep: KeepLease,
         retry: RetryPolicy,
         sweep_grace: timedelta,
     ) -> None:
         self._archive = archive
+        self._keep = keep
         self._messages = messages
         self._summarizer = summarizer
         self._enqueue = enqueue
@@ -82,20 +118,25 @@ class ArchiveJobs:
         self._sweep_grace = sweep_grace
 
     async def summarize(self, chunk_id: int) -> None:
-        claim = await self._archive.claim(chunk_id, self._now(), self._lease)
+        since = self._now()
+        claim = await self._archive.claim(chunk_id, since, self._lease)
         if claim is None:
             return  # summarised already, or another worker holds it
-        renewing = asyncio.create_task(self._keep_lease(chunk_id))
-        try:
-            summary = await self._write(claim)
-        except Exception as exc:  # the model or the network failed: retry later
-            await self._failed(claim, exc)
-            return
-        finally:
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
-        if await self._archive.record_summary(chunk_id, summary, self._now()):
+        attempt = claim.chunk.attempts  # this claim's number: it fences our writes
+        renew = partial(self._renew, chunk_id, attempt)
+        keeping = self._keep(f"chunk:{chunk_id}", renew, self._lease, since=since, now=self._now)
+        async with keeping as lease:
+            try:
+                summary = await lease.guard(self._write(claim))
+            except LeaseLost:
+                return  # the keeper logged it; the chunk's new holder summarises it
+            except Exception as exc:  # the model or the network failed: retry later
+                await self._failed(claim, exc)
+                return
+            stored = lease.still_held() and await self._archive.record_summary(
+                chunk_id, summary, self._now(), attempt=attempt
+            )
+        if stored:
             log.info("chunk summarised", chunk_id=chunk_id, level=claim.chunk.level)
             conversation = claim.chunk.conversation_id
             await self._enqueue(ROLLUP, str(conversation), key=rollup_key(conversation))
@@ -107,11 +148,8 @@ class ArchiveJobs:
         target = self._archive.limits.summary_tokens_at(claim.chunk.level)
         return await self._summarizer.summarize(claim.content, kind=kind, target_tokens=target)
 
-    async def _keep_lease(self, chunk_id: int) -> None:
-        interval = self._lease.total_seconds() / 3
-        while True:
-            await asyncio.sleep(interval)
-            await self._archive.renew(chunk_id, self._now(), self._lease)
+    async def _renew(self, chunk_id: int, attempt: int) -> bool:
+        return await self._archive.renew(chunk_id, attempt, self._now(), self._lease)
 
     async def _failed(self, claim: Claim, exc: Exception) -> None:
         chunk = claim.chunk
@@ -125,6 +163,7 @@ class ArchiveJobs:
             error,
             now,
             now + timedelta(seconds=delay),
+            attempt=attempts,
             failed=attempts >= self._retry.notify_after,
         )
         if tell:

@@ -3,25 +3,24 @@
 A queue can lose or orphan a job (a worker killed mid-job leaves arq's keys behind);
 the lease is what says whether someone is really on it. A holder renews its lease
 while it works; one that dies lets it lapse within `ttl`, and the next try takes over.
+
+Here are the rows only: claim, renew and release, each one transaction that says
+whether the lease is ours. Renewing on time, and telling the holder when the lease is
+lost, is the gateway's lease keeper (`gateway.replicas.lease_keeper`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import structlog
 from sqlalchemy import delete, or_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.inserts import insert_or_skip
 from memory.storage.models import Lease
-
-log = structlog.get_logger(__name__)
 
 STATE_CHARS = 200  # Lease.state's width
 
@@ -82,6 +81,24 @@ class Leases:
             await session.commit()
         return bool(taken.rowcount)  # type: ignore[attr-defined]
 
+    async def renew(self, name: str, ttl: timedelta, *, state: str | None = None) -> bool:
+        """Extend `name` by `ttl` if it is still ours and has not expired; False: lost
+        (lapsed, or taken by another holder), and a holder must stop."""
+        now = self._now()
+        state = None if state is None else state[:STATE_CHARS]
+        async with self._sessions() as session:
+            renewed = await session.execute(
+                update(Lease)
+                .where(Lease.name == name, Lease.holder == self.holder, Lease.expires_at > now)
+                .values(expires_at=now + ttl, state=state)
+            )
+            await session.commit()
+        return bool(renewed.rowcount)  # type: ignore[attr-defined]
+
+    def now(self) -> datetime:
+        """The time leases are written with: a holder counts its lease's expiry by it."""
+        return self._now()
+
     def held(self, name: str) -> Held:
         return Held(name, self.holder)
 
@@ -91,26 +108,3 @@ class Leases:
                 delete(Lease).where(Lease.name == name, Lease.holder == self.holder)
             )
             await session.commit()
-
-    @contextlib.asynccontextmanager
-    async def hold(self, name: str, ttl: timedelta) -> AsyncIterator[bool]:
-        """Yield whether `name` is ours; while it is, renew it, and release it after."""
-        if not await self.claim(name, ttl):
-            yield False
-            return
-        renewing = asyncio.create_task(self._renew(name, ttl))
-        try:
-            yield True
-        finally:
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
-            await self.release(name)
-
-    async def _renew(self, name: str, ttl: timedelta) -> None:
-        while True:
-            await asyncio.sleep(ttl.total_seconds() / 3)
-            try:
-                await self.claim(name, ttl)
-            except Exception as exc:  # the database blinked: the next renewal may work
-                log.warning("could not renew a lease", lease=name, error=str(exc))

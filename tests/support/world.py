@@ -13,6 +13,7 @@ from sqlalchemy import MetaData
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from gateway.replicas.lease_keeper import keep
 from memory.archive.archive import Archive
 from memory.archive.jobs import ArchiveJobs, RetryPolicy
 from memory.archive.limits import MemoryLimits
@@ -158,6 +159,7 @@ async def build_world(engine: AsyncEngine, data_dir: Path) -> World:
         enqueue=nothing,
         now=lambda: T0,
         lease=timedelta(minutes=5),
+        keep=keep,
         retry=RetryPolicy(1, 10, 3),
         sweep_grace=timedelta(minutes=1),
     )

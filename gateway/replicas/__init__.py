@@ -1,0 +1,2 @@
+"""What replicas share and decide between them through the database: leases and
+their keeping."""
