@@ -1,7 +1,8 @@
 """Hub events between replicas, over Redis pub/sub.
 
 Every replica publishes its events on one channel and listens to it, skipping its
-own. A stored message travels as its seq only (the database is the truth: the socket
+own. Redis pub/sub ignores the database number, so the channel names it: instances
+sharing one Redis server on different databases do not hear each other. A stored message travels as its seq only (the database is the truth: the socket
 reads it from there); a streamed delta travels whole. While the link to Redis is
 down nothing waits for it: events are dropped, and when it is back every local
 subscriber catches up from the database.
@@ -18,6 +19,7 @@ from typing import Any
 
 import structlog
 from redis.asyncio import Redis
+from redis.asyncio.connection import parse_url
 from redis.exceptions import RedisError
 
 from gateway.backoff import full_jitter
@@ -34,17 +36,23 @@ from gateway.turns.hub import (
 
 log = structlog.get_logger(__name__)
 
-CHANNEL = "parley:events"
 # Events waiting to be published; beyond this a dead Redis costs memory no more.
 OUTBOX_LIMIT = 10_000
 RECONNECT_MAX_SECONDS = 10.0
 REDIS_DOWN = (RedisError, OSError, asyncio.TimeoutError)
 
 
+def channel_for(redis_url: str) -> str:
+    """The events channel of the Redis database `redis_url` names."""
+    db = parse_url(redis_url).get("db", 0)
+    return f"parley:{db}:events"
+
+
 class RedisFanout:
     def __init__(self, hub: Hub, redis_url: str) -> None:
         self._hub = hub
         self._url = redis_url
+        self._channel = channel_for(redis_url)
         self._origin = uuid.uuid4().hex
         self._outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=OUTBOX_LIMIT)
         self._tasks: list[asyncio.Task[None]] = []
@@ -80,7 +88,7 @@ class RedisFanout:
             while True:
                 payload = await self._outbox.get()
                 try:
-                    await redis.publish(CHANNEL, payload)
+                    await redis.publish(self._channel, payload)
                     down = False
                 except REDIS_DOWN as exc:
                     if not down:
@@ -92,7 +100,7 @@ class RedisFanout:
         while True:
             try:
                 async with _client(self._url) as redis, redis.pubsub() as pubsub:
-                    await pubsub.subscribe(CHANNEL)
+                    await pubsub.subscribe(self._channel)
                     self.listening.set()
                     if failures:
                         self._hub.overflow_all()  # what was missed is in the database
