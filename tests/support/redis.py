@@ -14,7 +14,6 @@ from redis.exceptions import RedisError
 
 from tests.support.databases import require_service
 
-
 # The database of the first worker (or of a run without workers).
 BASE_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
