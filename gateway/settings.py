@@ -93,7 +93,8 @@ class Settings(BaseSettings):
     # would otherwise hold connections open for as long as they like).
     read_timeout_seconds: float = Field(default=15.0, gt=0)
     # How long stopping may take: running turns finish, then pending replies go out;
-    # what is left then is taken up again on the next start.
+    # what is left then is taken up again on the next start. Open connections get as
+    # long again to close before they are cut (they normally close at once).
     shutdown_seconds: float = Field(default=10.0, ge=0)
     # Web chat abuse limits: new visitors per client address, messages per visitor
     # (HTTP and WebSocket together), open sockets per visitor.

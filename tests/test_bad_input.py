@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import structlog
+from fastapi import FastAPI
 from websockets.asyncio.client import ClientConnection, connect
 
 from tests.fakes import graph_api as wa
@@ -17,6 +18,7 @@ from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import Gateway, make_settings, next_frame, running_gateway
 from tests.support.platforms import ADMIN, platform_gateway
+from tests.support.servers import serve
 
 NUL = "a\x00b"
 SURROGATE = "x\ud800y"
@@ -405,3 +407,30 @@ async def _raw(url: str, request: bytes) -> bytes:
             return await reader.read()
     finally:
         writer.close()
+
+
+async def test_a_request_that_never_ends_does_not_keep_the_server_from_stopping(
+    tmp_path: Path,
+) -> None:
+    """The server stops within its shutdown budget even when a handler hangs on (without
+    the bound, uvicorn waits for it forever and `serve` reports it stuck)."""
+    app = FastAPI()
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+
+    @app.get("/forever")
+    async def forever() -> None:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+
+    settings = make_settings("sqlite+aiosqlite:///unused.db", tmp_path, None, shutdown_seconds=0.5)
+    async with serve(app, settings=settings) as url:
+        host, port = url.removeprefix("http://").split(":")
+        _, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /forever HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.wait_for(entered.wait(), timeout=10)
+
+    assert cancelled.is_set()
+    writer.close()

@@ -40,6 +40,9 @@ def server_config(app: Any, settings: Settings, *, host: str, port: int) -> uvic
         http=header_deadline_protocol(settings.read_timeout_seconds),
         ws="websockets-sansio",
         ws_max_size=settings.max_body_bytes * FRAME_HARD_LIMIT_FACTOR,
+        # Sockets are told to close at once, and requests are short; this only bounds a
+        # connection that hangs on regardless, so that stopping never waits forever.
+        timeout_graceful_shutdown=settings.shutdown_seconds,
     )
 
 

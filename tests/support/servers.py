@@ -13,8 +13,9 @@ from gateway.http.server import server_config
 from gateway.settings import Settings
 
 START_DEADLINE_SECONDS = 10.0
-# How long stopping may take beyond the gateway's own shutdown budget (which it may
-# spend whole waiting for a turn still running, as it does on a busy machine).
+# How long stopping may take beyond the gateway's own shutdown budgets (for open
+# connections, then for a turn still running, either of which it may spend whole on a
+# busy machine).
 STOP_MARGIN_SECONDS = 10.0
 
 
@@ -37,7 +38,7 @@ async def serve(
             log_level="warning",
             ws="websockets-sansio",
         )
-    stop_deadline = STOP_MARGIN_SECONDS + (settings.shutdown_seconds if settings else 0.0)
+    stop_deadline = STOP_MARGIN_SECONDS + (2 * settings.shutdown_seconds if settings else 0.0)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
@@ -51,5 +52,31 @@ async def serve(
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, timeout=stop_deadline)
+        done, _ = await asyncio.wait({task}, timeout=stop_deadline)
+        if not done:
+            stuck = _describe(server, task)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise TimeoutError(f"the server did not stop within {stop_deadline} s:\n{stuck}")
+        task.result()
+
+
+def _describe(server: uvicorn.Server, serving: asyncio.Task[None]) -> str:
+    """What a server that will not stop is still waiting for."""
+    state = server.server_state
+    lines = [f"{len(state.connections)} open connection(s): {state.connections!r}"]
+    for stuck in (serving, *state.tasks):
+        lines.append(f"task {stuck.get_name()}: {' > '.join(_awaiting(stuck.get_coro()))}")
+    return "\n".join(lines)
+
+
+def _awaiting(awaitable: object) -> list[str]:
+    """Where a suspended coroutine is, down the chain of what each part awaits."""
+    where: list[str] = []
+    while (
+        frame := getattr(awaitable, "cr_frame", None) or getattr(awaitable, "ag_frame", None)
+    ) is not None:
+        where.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+        awaitable = getattr(awaitable, "cr_await", None) or getattr(awaitable, "ag_await", None)
+    return where
