@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from tests.fakes.llm_server import Behaviour, FakeLLM, Hang, Reply
 from tests.support.archive_checks import is_summary_request, marked_text
 from tests.support.harness import Gateway, make_settings, running_gateway
 from tests.support.polling import eventually
-from tests.support.process import parley_env
+from tests.support.process import parley_env, start_parley, stop_process
 from tests.support.redis import flush
 
 SMALL_MODEL = {"llm_context_tokens": 16_000}
@@ -71,13 +69,12 @@ async def test_a_worker_killed_mid_summary_loses_nothing_and_summarises_once(
         conversation_id = uuid.UUID(conversation)
         chunk_id = await _fill_until_a_chunk_is_cut(gw, token, conversation_id)
 
-        first = _start_worker(env, tmp_path)
+        first = await start_parley("worker", env=env, cwd=tmp_path)
         try:
             await llm.wait_until(lambda rs: _summaries_of(rs, "m00001") == 1, seconds=30)
         finally:
-            first.send_signal(signal.SIGKILL)
-            first.wait(timeout=10)
-        second = _start_worker(env, tmp_path)
+            await stop_process(first, signal.SIGKILL)
+        second = await start_parley("worker", env=env, cwd=tmp_path)
         try:
             chunk = await eventually(
                 lambda: gw.services.archive.chunk(chunk_id),
@@ -85,24 +82,13 @@ async def test_a_worker_killed_mid_summary_loses_nothing_and_summarises_once(
                 seconds=60,
             )
         finally:
-            second.send_signal(signal.SIGTERM)
-            second.wait(timeout=20)
+            await stop_process(second, signal.SIGTERM, seconds=20)
 
     assert chunk is not None
     assert _summaries_of(llm.requests, "m00001") == 2  # the killed attempt, then one more
     summary_requests = [i for i, r in enumerate(llm.requests, 1) if is_summary_request(r)]
     assert chunk.summary == f"summary from request {summary_requests[1]}"
     assert chunk.attempts == 2
-
-
-def _start_worker(env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gateway", "worker"],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 async def test_a_flushed_queue_is_refilled_from_the_database(

@@ -11,8 +11,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from tests.support.harness import (
 from tests.support.operators import sign_in
 from tests.support.platforms import platform_gateway
 from tests.support.polling import eventually
-from tests.support.process import REPO, free_port, parley_env
+from tests.support.process import REPO, free_port, parley_env, start_parley, stop_process
 from tests.support.redis import fresh_redis
 
 # Replicas share a database server; an embedded SQLite file is one process's alone.
@@ -215,13 +213,7 @@ async def test_a_replica_killed_mid_turn_leaves_the_conversation_to_the_other(
         llm_model="fake-model",
         **{key: str(value) for key, value in fast.items()},
     )
-    doomed = subprocess.Popen(  # noqa: ASYNC220 - started once; killed below
-        [sys.executable, "-m", "gateway", "serve"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    doomed = await start_parley("serve", env=env, cwd=REPO)
     try:
         url = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
@@ -244,9 +236,7 @@ async def test_a_replica_killed_mid_turn_leaves_the_conversation_to_the_other(
                 lambda: b.history(session["token"]), until=lambda h: len(h) == 2, seconds=60
             )
     finally:
-        if doomed.poll() is None:
-            doomed.kill()
-        doomed.wait(timeout=10)
+        await stop_process(doomed, signal.SIGKILL)
 
     assert [(m["role"], m["text"]) for m in history] == [
         ("user", "are you there?"),

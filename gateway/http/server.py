@@ -11,6 +11,7 @@ body. A reverse proxy in front should still set its own (nginx `client_header_ti
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import uvicorn
@@ -42,7 +43,7 @@ def server_config(app: Any, settings: Settings, *, host: str, port: int) -> uvic
         ws_max_size=settings.max_body_bytes * FRAME_HARD_LIMIT_FACTOR,
         # Sockets are told to close at once, and requests are short; this only bounds a
         # connection that hangs on regardless, so that stopping never waits forever.
-        timeout_graceful_shutdown=settings.shutdown_seconds,
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_seconds),
     )
 
 

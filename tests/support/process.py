@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -52,24 +54,36 @@ def run_python(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Complet
     )
 
 
+@dataclass
+class Served:
+    """A running `parley serve`; what it writes to stderr is read as it comes (a full
+    pipe would stop the server)."""
+
+    process: asyncio.subprocess.Process
+    _stderr: asyncio.Task[bytes]
+
+    def send_signal(self, sig: signal.Signals) -> None:
+        self.process.send_signal(sig)
+
+    async def stop(self, sig: signal.Signals = signal.SIGTERM, seconds: float = 30) -> str:
+        """Send `sig`; once the process has exited, all it wrote to stderr."""
+        if self.process.returncode is None:
+            self.process.send_signal(sig)
+        await asyncio.wait_for(self.process.wait(), seconds)
+        return (await asyncio.wait_for(self._stderr, seconds)).decode()
+
+
 @contextlib.asynccontextmanager
-async def parley_serve(env: dict[str, str], cwd: Path) -> AsyncIterator[subprocess.Popen[str]]:
+async def parley_serve(env: dict[str, str], cwd: Path) -> AsyncIterator[Served]:
     """Start `parley serve`, wait until /healthz answers, SIGKILL it on exit if alive."""
-    process = subprocess.Popen(  # noqa: ASYNC220 - started once, not awaited
-        [sys.executable, "-m", "gateway", "serve"],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = await start_parley("serve", env=env, cwd=cwd, stderr=asyncio.subprocess.PIPE)
+    assert process.stderr is not None
+    served = Served(process, asyncio.create_task(process.stderr.read()))
     url = f"http://127.0.0.1:{env['PARLEY_PORT']}"
 
     async def healthy() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"parley serve exited: {process.stderr.read() if process.stderr else ''}"
-            )
+        if process.returncode is not None:
+            raise RuntimeError(f"parley serve exited: {await served.stop()}")
         try:
             async with httpx.AsyncClient() as client:
                 return (await client.get(f"{url}/healthz")).status_code == 200
@@ -78,10 +92,31 @@ async def parley_serve(env: dict[str, str], cwd: Path) -> AsyncIterator[subproce
 
     try:
         await eventually(healthy, until=bool, seconds=30)
-        yield process
+        yield served
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
-        if process.stderr:
-            process.stderr.close()
+        await served.stop(signal.SIGKILL, seconds=10)
+
+
+async def start_parley(
+    *args: str, env: dict[str, str], cwd: Path, stderr: int = asyncio.subprocess.DEVNULL
+) -> asyncio.subprocess.Process:
+    """`parley <args>` as a child process (its stdout discarded)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        *args,
+        env=env,
+        cwd=cwd,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=stderr,
+    )
+
+
+async def stop_process(
+    process: asyncio.subprocess.Process, sig: signal.Signals = signal.SIGKILL, seconds: float = 10
+) -> int:
+    """Send `sig` unless the process has exited already; its exit code."""
+    if process.returncode is None:
+        process.send_signal(sig)
+    return await asyncio.wait_for(process.wait(), seconds)
