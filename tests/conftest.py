@@ -65,3 +65,12 @@ async def redis_url() -> str:
     from tests.support.redis import fresh_redis
 
     return await fresh_redis()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that drives Chromium is a browser test whether or not its module says so:
+    CI runs those as a stage of their own."""
+    for item in items:
+        if {"page", "browser"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.browser)

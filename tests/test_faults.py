@@ -22,6 +22,8 @@ from tests.support.faults.plan import FaultPlan
 from tests.support.faults.report import Report
 from tests.support.faults.rig import Rig, fault_rig
 
+pytestmark = pytest.mark.faults
+
 SEED = int(os.environ.get("PARLEY_TEST_FAULT_SEED", "9"))
 SETTLE_SECONDS = 60.0
 
