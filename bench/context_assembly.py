@@ -47,7 +47,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import memory.context
-import memory.tokens
+import memory.token_count
 from bench.memory_support import (
     Person,
     backend,
@@ -62,16 +62,16 @@ from bench.memory_support import (
     sqlite_url,
 )
 from gateway.clock import SystemClock
+from gateway.events.hub import Hub
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs
 from gateway.llm import Prompt, build_provider
 from gateway.metrics import Metrics
 from gateway.settings import Settings
 from gateway.turns.answering import Answerer, TurnContext, TurnLimits
-from gateway.turns.hub import Hub
 from gateway.turns.persona import load_persona
 from memory.archive.archive import Archive
-from memory.archive.jobs import ROLLUP
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
+from memory.archive.upkeep import ROLLUP
 from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
 from memory.profile.profiles import Profiles
 from memory.storage.conversations import TurnState
@@ -86,7 +86,7 @@ from memory.storage.models import (
     User,
 )
 from memory.storage.repositories import Repositories
-from memory.tokens import estimate_tokens, message_tokens
+from memory.token_count import estimate_tokens, message_tokens
 
 GOAL_RATIO = 1.2
 PER_CHUNK = 20  # messages per level-0 chunk
@@ -114,7 +114,7 @@ WHAT_IF = {
         "DROP INDEX ix_chunks_roots",
         "CREATE INDEX ix_chunks_roots ON chunks (conversation_id, parent_id, level, seq_start)",
     ),
-    # memory.tokens.estimate_tokens counting non-ASCII characters in C rather than in a
+    # memory.token_count.estimate_tokens counting non-ASCII characters in C rather than in a
     # Python loop (same counts); patched into this process only, see use_fast_estimate().
     "fast-token-estimate": (),
 }
@@ -897,7 +897,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def fast_estimate(text: str) -> int:
-    """`memory.tokens.estimate_tokens`, same result, with the wide characters counted by
+    """`memory.token_count.estimate_tokens`, same result, with the wide characters counted by
     the codec instead of a Python loop over every character."""
     if text.isascii():
         return (len(text) + 3) // 4
@@ -908,7 +908,7 @@ def fast_estimate(text: str) -> int:
 def use_fast_estimate() -> None:
     """Patch `fast_estimate` in wherever the prompt is measured (this process only)."""
     vars(memory.context)["estimate_tokens"] = fast_estimate
-    memory.tokens.message_tokens.__defaults__ = (fast_estimate,)
+    memory.token_count.message_tokens.__defaults__ = (fast_estimate,)
     memory.context.fit_to_budget.__defaults__ = (fast_estimate,)
 
 

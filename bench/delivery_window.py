@@ -33,7 +33,7 @@ from memory.storage.engine import session_factory
 from memory.storage.messages import NewMessage
 from memory.storage.models import Delivery, Role
 from memory.storage.repositories import Repositories
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 
 
 async def measure(url: str, count: int) -> dict[str, float]:

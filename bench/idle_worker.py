@@ -53,7 +53,7 @@ from bench.memory_support import (
     sqlite_url,
 )
 from gateway.jobs.arq_worker import QUEUE_NAME
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from memory.storage.models import Conversation
 
 GOAL_PERCENT = 2.0

@@ -23,8 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from gateway.logs import configure_logging
 from gateway.settings import Settings
 from memory.storage.engine import create_engine
+from memory.storage.migrate import migrate
 from memory.storage.models import Conversation, ConversationKind, Identity, User
-from memory.storage.schema import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,7 +26,7 @@ copies of that one archive: the same summaries, so the difference is the tools.
 
 Model calls go through a small recording proxy in front of the endpoint: a question's
 prompt tokens are the sum over every model call of its turn, from the server's usage
-where it reports one, else estimated with `memory.tokens.estimate_tokens`.
+where it reports one, else estimated with `memory.token_count.estimate_tokens`.
 
 `--fake` plays the model with the scripted fake server of the test suite: it summarises
 without any detail, extracts no profile facts, and answers by finding the line with the
@@ -71,12 +71,12 @@ from gateway.logs import configure_logging
 from gateway.services import ARCHIVE_DIR, Services
 from gateway.settings import Settings
 from gateway.turns.persona import load_persona
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from memory.profile.extraction import EXTRACT_SYSTEM
 from memory.storage.engine import session_factory
 from memory.storage.messages import NewMessage
 from memory.storage.models import Conversation, Delivery, Identity, Role
-from memory.tokens import estimate_tokens, message_tokens
+from memory.token_count import estimate_tokens, message_tokens
 from tests.fakes.llm_server import Behaviour, CallTools, Reply, fake_llm
 from tests.support.clock import ManualClock
 from tests.support.harness import ADMIN_TOKEN, make_settings, running_gateway

@@ -61,7 +61,7 @@ from bench.memory_support import (
     sqlite_url,
 )
 from memory.archive.archive import Archive
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from memory.profile.profiles import Profiles
 from memory.recall import Recall, Scope
 from memory.storage.engine import session_factory

@@ -58,12 +58,19 @@ from gateway.jobs.queue import EmbeddedQueue
 from gateway.replicas.lease_keeper import keep
 from gateway.settings import Settings
 from memory.archive.archive import Archive
-from memory.archive.jobs import EXTRACT, ROLLUP, SUMMARIZE, ArchiveJobs, RetryPolicy, summarize_key
 from memory.archive.summarize import ModelSummarizer
+from memory.archive.upkeep import (
+    EXTRACT,
+    ROLLUP,
+    SUMMARIZE,
+    ArchiveJobs,
+    RetryPolicy,
+    summarize_key,
+)
 from memory.storage.engine import session_factory
 from memory.storage.messages import Messages
 from memory.storage.models import Chunk, ChunkStatus, Conversation, ConversationKind, User
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 
 SUMMARY = filler(6_000, "Summary:")
 MESSAGES_PER_CHUNK = 20

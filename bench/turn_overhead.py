@@ -51,7 +51,7 @@ from bench.turn_load import (
 )
 from bench.turn_server import Kind
 from memory.storage.engine import create_engine
-from memory.storage.schema import migrate
+from memory.storage.migrate import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_MS = 10.0

@@ -10,10 +10,10 @@ from fastapi import FastAPI
 from gateway.clock import Clock
 from gateway.http import admin, api, docs, exports, health
 from gateway.http.access_log import AccessLog
+from gateway.http.body_limit import BodyLimit
 from gateway.http.cors import WebchatCORS
 from gateway.http.errors import install_error_handlers
 from gateway.http.headers import SecurityHeaders
-from gateway.http.limits import BodyLimit
 from gateway.http.operators import OperatorAuth
 from gateway.http.paging import Cursors
 from gateway.llm import LLMProvider

@@ -79,8 +79,8 @@ def worker() -> None:
 def migrate() -> None:
     """Bring the database schema up to date."""
     from memory.storage.engine import create_engine
-    from memory.storage.schema import head_revision
-    from memory.storage.schema import migrate as run_migrations
+    from memory.storage.migrate import head_revision
+    from memory.storage.migrate import migrate as run_migrations
 
     settings = _settings()
 
@@ -128,7 +128,7 @@ app.add_typer(pairing, name="pairing")
 def pairing_list() -> None:
     """Show the pairing codes waiting for approval."""
     from gateway.channels.pairing import pending_lines
-    from memory.storage.schema import SchemaOutOfDate
+    from memory.storage.migrate import SchemaOutOfDate
 
     settings = _settings()
     try:
@@ -142,7 +142,7 @@ def pairing_list() -> None:
 def pairing_approve(code: Annotated[str, typer.Argument(help="The code the person got.")]) -> None:
     """Let the person with this pairing code talk to the assistant."""
     from gateway.channels.pairing import approve
-    from memory.storage.schema import SchemaOutOfDate
+    from memory.storage.migrate import SchemaOutOfDate
 
     settings = _settings()
     try:
@@ -162,7 +162,7 @@ def export_person(
 
     `parley export ID > file.ndjson`; progress goes to standard error."""
     from memory.portable.export import NoSuchUser
-    from memory.storage.schema import SchemaOutOfDate
+    from memory.storage.migrate import SchemaOutOfDate
 
     settings = _settings()
     try:
@@ -191,7 +191,7 @@ def import_file(
     and their conversation's first message); a file naming someone here without that,
     or naming two people, is refused. Importing a file again duplicates nothing."""
     from memory.portable.imports import ExportFormatError, ImportConflict
-    from memory.storage.schema import SchemaOutOfDate
+    from memory.storage.migrate import SchemaOutOfDate
 
     settings = _settings()
     try:
@@ -218,7 +218,7 @@ def import_file(
 @contextlib.asynccontextmanager
 async def _database(settings: Settings) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     from memory.storage.engine import create_engine, session_factory
-    from memory.storage.schema import prepare
+    from memory.storage.migrate import prepare
 
     engine = create_engine(settings.resolved_database_url)
     try:

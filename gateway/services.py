@@ -34,6 +34,7 @@ from gateway.commands.profile import ProfileCommands
 from gateway.commands.registry import Commands
 from gateway.commands.rights import RightsCommands
 from gateway.commands.status import StatusCommand
+from gateway.events.hub import DeliveryChanged, Hub
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
@@ -43,7 +44,6 @@ from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.text import clean
 from gateway.turns.answering import TurnLimits
-from gateway.turns.hub import DeliveryChanged, Hub
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.recall_tools import RecallTools
@@ -57,13 +57,13 @@ from memory.storage.deliveries import DeliveryMoved
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.files import private_dir, tighten
 from memory.storage.leases import Leases
+from memory.storage.migrate import SchemaOutOfDate
+from memory.storage.migrate import prepare as prepare_schema
 from memory.storage.repositories import Repositories
-from memory.storage.schema import SchemaOutOfDate
-from memory.storage.schema import prepare as prepare_schema
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 
 if TYPE_CHECKING:
-    from gateway.turns.fanout import RedisFanout
+    from gateway.events.fanout import RedisFanout
 
 log = structlog.get_logger(__name__)
 
@@ -380,7 +380,7 @@ def _shared_pacer(redis_url: str) -> Pacing:
 def _fanout(settings: Settings, hub: Hub) -> RedisFanout | None:
     if not settings.redis_url:
         return None
-    from gateway.turns.fanout import RedisFanout  # redis only when it is configured
+    from gateway.events.fanout import RedisFanout  # redis only when it is configured
 
     return RedisFanout(hub, settings.redis_url)
 

@@ -23,8 +23,8 @@ from typing import Annotated, Any, overload
 
 from pydantic import AfterValidator
 
+from gateway.envelopes import Inbound
 from gateway.errors import InputError
-from gateway.messages import Inbound
 
 MAX_INT64 = 2**63 - 1
 MIN_INT64 = -(2**63)

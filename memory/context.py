@@ -15,7 +15,7 @@ from memory.chat_turn import ChatTurn
 from memory.provenance import dialogue, label
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Role
-from memory.tokens import TokenCounter, estimate_tokens, message_tokens
+from memory.token_count import TokenCounter, estimate_tokens, message_tokens
 from memory.zones import zone
 
 IDLE_GAP = timedelta(days=1)

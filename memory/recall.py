@@ -32,7 +32,7 @@ from memory.storage.search import (
     SearchHit,
     search_words,
 )
-from memory.tokens import estimate_tokens, shares, shorten
+from memory.token_count import estimate_tokens, shares, shorten
 from memory.zones import zone
 
 SOURCE = header("source", "archive")

@@ -13,8 +13,8 @@ from sqlalchemy.engine import Connection
 
 from gateway.settings import load_settings
 from memory.storage.engine import create_engine
+from memory.storage.migrate import compared
 from memory.storage.models import Base
-from memory.storage.schema import compared
 
 config = context.config
 target_metadata = Base.metadata

@@ -12,12 +12,12 @@ from gateway.jobs.memory_jobs import ProviderTextModel
 from gateway.jobs.queue import EmbeddedQueue
 from gateway.llm.openai import OpenAIProvider
 from memory.archive.cuts import plan_cut
-from memory.archive.jobs import ARCHIVE_TROUBLE_NOTICE
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from memory.archive.summarize import ModelSummarizer
+from memory.archive.upkeep import ARCHIVE_TROUBLE_NOTICE
 from memory.storage.messages import StoredMessage
 from memory.storage.models import ChunkStatus, Role
-from memory.tokens import estimate_tokens
+from memory.token_count import estimate_tokens
 from tests.fakes.llm_server import Behaviour, Fail, FakeLLM, Reply
 from tests.support.archive_checks import (
     chat_requests,

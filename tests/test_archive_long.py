@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 from gateway.jobs.queue import EmbeddedQueue
-from memory.tokens import estimate_tokens
+from memory.token_count import estimate_tokens
 from tests.fakes.llm_server import FakeLLM
 from tests.support.archive_checks import (
     chat_requests,

@@ -28,7 +28,7 @@ from memory.storage.leases import Leases
 from memory.storage.messages import NewMessage
 from memory.storage.models import Delivery, Lease, Message, Role
 from memory.storage.repositories import Repositories
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.graph_api import GraphFail

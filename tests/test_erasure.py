@@ -15,8 +15,8 @@ from sqlalchemy.exc import NoResultFound
 from sqlalchemy.orm import aliased
 
 from memory.archive.transcript import transcript_path, write_transcript
-from memory.profile.jobs import ProfileJobs, ProfileLimits
 from memory.profile.profiles import Profiles
+from memory.profile.upkeep import ProfileJobs, ProfileLimits
 from memory.storage.erasure import DeletedCounts, ErasedCounts
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage

@@ -32,7 +32,7 @@ from memory.storage.models import (
     RetiredFact,
 )
 from memory.storage.repositories import Repositories
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 from tests.support.process import parley_env, run_parley
 from tests.support.world import MARKER, T0, World, dump, files_with
 

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 from redis.asyncio.connection import parse_url
 
-from gateway.turns.fanout import RedisFanout
-from gateway.turns.hub import DeltaEvent, Event, Hub
+from gateway.events.fanout import RedisFanout
+from gateway.events.hub import DeltaEvent, Event, Hub
 from tests.support.redis import fresh_redis
 
 

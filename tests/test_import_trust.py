@@ -24,7 +24,7 @@ from memory.portable.imports import IMPORTED_SOURCE, ImportConflict, Imports
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.models import Identity, Message, Profile
 from memory.storage.repositories import Repositories
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.support.platforms import ADMIN, Platforms, platform_gateway

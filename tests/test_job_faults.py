@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.jobs.arq_worker import QUEUE_NAME, ArqQueue
 from gateway.replicas.lease_keeper import hold
 from memory.archive.archive import Archive
-from memory.archive.jobs import EXTRACT, SUMMARIZE
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
+from memory.archive.upkeep import EXTRACT, SUMMARIZE
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.identities import Identities
 from memory.storage.leases import Leases

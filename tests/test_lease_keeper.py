@@ -14,17 +14,17 @@ from functools import partial
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.channels.leader import Leader
+from gateway.replicas.leader import Leader
 from gateway.replicas.lease_keeper import LeaseKeeper, keep
 from memory.archive.archive import Archive
-from memory.archive.jobs import ArchiveJobs, KeepLease, RetryPolicy
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from memory.archive.summarize import Kind
+from memory.archive.upkeep import ArchiveJobs, KeepLease, RetryPolicy
 from memory.storage.identities import Identities
 from memory.storage.leases import Leases
 from memory.storage.messages import Messages
 from memory.storage.models import Chunk, ChunkStatus
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 from tests.support.clock import ManualClock
 
 Sessions = async_sessionmaker[AsyncSession]

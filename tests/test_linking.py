@@ -20,7 +20,7 @@ from memory.storage.linking import LinkStatus
 from memory.storage.messages import NewMessage
 from memory.storage.models import Chunk, Conversation, Delivery, Message, Profile, Role, User
 from memory.storage.repositories import Repositories
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 from tests.fakes import graph_api as wa
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM

@@ -11,14 +11,14 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
 from memory.storage.engine import create_engine
-from memory.storage.models import Base
-from memory.storage.schema import (
+from memory.storage.migrate import (
     alembic_config,
     compared,
     current_revision,
     head_revision,
     migrate,
 )
+from memory.storage.models import Base
 
 
 def _differences(connection: Connection) -> list[Any]:

@@ -154,8 +154,8 @@ async def test_codes_expire_are_capped_per_channel_and_renew(database_url: str) 
 
 
 async def _refusal(policy: AccessPolicy, sender: str) -> str:
+    from gateway.envelopes import Inbound
     from gateway.errors import AccessRefused
-    from gateway.messages import Inbound
 
     try:
         await policy.admit(Inbound(channel="telegram", external_user_id=sender, text="hi"))

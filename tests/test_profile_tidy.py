@@ -17,13 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.jobs.memory_jobs import ProviderTextModel
 from gateway.llm.openai import OpenAIProvider
 from memory.archive.archive import Archive
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from memory.profile.facts import Evidence, Fact, Remove, StaleRevision
-from memory.profile.jobs import ProfileJobs, ProfileLimits
 from memory.profile.profiles import Profiles
+from memory.profile.upkeep import ProfileJobs, ProfileLimits
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.repositories import Repositories
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 from tests.fakes.llm_server import Behaviour, FakeLLM, Reply
 from tests.support.clock import ManualClock
 

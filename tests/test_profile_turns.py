@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.messages import Inbound
+from gateway.envelopes import Inbound
 from memory.profile.facts import Fact
 from memory.storage.messages import NewMessage
 from memory.storage.models import Role

@@ -11,14 +11,14 @@ from datetime import date
 
 from sqlalchemy import update
 
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from memory.profile.profiles import Profiles
 from memory.provenance import COMMAND_SOURCE, NOTICE_SOURCE
 from memory.recall import ANSWER_TOKENS, SOURCE, Recall, Scope
 from memory.storage.messages import NewMessage
 from memory.storage.models import Chunk, Role
 from memory.storage.search import COMMON_SAMPLE, HitKind
-from memory.tokens import estimate_tokens
+from memory.token_count import estimate_tokens
 from memory.zones import zone
 from tests.support.world import FILLER, MARKER, OTHER, World
 

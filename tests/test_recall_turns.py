@@ -20,7 +20,7 @@ from gateway.turns.recall_tools import GUIDE, TOOLS
 from gateway.turns.steps import tools_tokens
 from memory.storage.engine import session_factory
 from memory.storage.models import ChunkStatus, Message
-from memory.tokens import estimate_tokens, message_tokens
+from memory.token_count import estimate_tokens, message_tokens
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
 from tests.support.archive_checks import marked_text, request_kind

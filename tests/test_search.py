@@ -33,9 +33,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from memory.provenance import NOT_DIALOGUE
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.messages import NewMessage
+from memory.storage.migrate import alembic_config, migrate
 from memory.storage.models import Chunk, ChunkStatus, Message, Role, UTCDateTime
 from memory.storage.repositories import Repositories
-from memory.storage.schema import alembic_config, migrate
 from memory.storage.search import (
     MARK_END,
     MARK_START,
@@ -44,7 +44,7 @@ from memory.storage.search import (
     SearchPosition,
     search_words,
 )
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 from tests.support import databases
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from memory.storage.messages import NewMessage
 from memory.storage.models import Conversation, ConversationKind, Role, SentPart, User
 from memory.storage.repositories import Repositories
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 RACERS = 8

@@ -31,8 +31,8 @@ from connectors.discord.client import ParleyClient
 from connectors.discord.normalize import CHANNEL, normalize
 from gateway.backoff import full_jitter
 from gateway.channels.port import Capabilities, Gateway, Pace, Place, Singleton
+from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError, Undeliverable
-from gateway.messages import ChatRef, Outbound
 from gateway.settings import Settings
 
 log = structlog.get_logger(__name__)

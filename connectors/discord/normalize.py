@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import discord
 
-from gateway.messages import Inbound
+from gateway.envelopes import Inbound
 
 CHANNEL = "discord"
 

@@ -33,8 +33,8 @@ from connectors.telegram.normalize import (
 from connectors.telegram.polling import Poller
 from gateway.channels.port import Capabilities, Gateway, Pace, Singleton
 from gateway.channels.split import utf16_length
+from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError
-from gateway.messages import ChatRef, Outbound
 from gateway.settings import Settings, TelegramMode
 from gateway.text import load_platform_json
 

@@ -18,10 +18,10 @@ from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors
 from gateway.channels.port import Capabilities, Gateway, Pace
+from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import AuthError, ConversationEnded
 from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.wire import MessageOut
-from gateway.messages import ChatRef, Outbound
 from gateway.secrets import signing_key
 from gateway.settings import Settings
 from gateway.text import MAX_INT64

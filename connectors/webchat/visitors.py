@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from connectors.webchat.identity import IdentityTokens
 from connectors.webchat.tokens import VisitorTokens
 from gateway.channels.port import Gateway, IdentityRef, Received
+from gateway.envelopes import Inbound
 from gateway.errors import AuthError, InputError, RateLimited
 from gateway.http.ratelimit import RateLimit, Slots
-from gateway.messages import Inbound
 from gateway.settings import Settings
 
 CHANNEL = "webchat"

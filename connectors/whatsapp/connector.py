@@ -23,8 +23,8 @@ from connectors.whatsapp.graph import WINDOW_REASON, GraphClient
 from connectors.whatsapp.normalize import CHANNEL, Notification, parse
 from gateway.channels.port import Capabilities, Gateway, Pace
 from gateway.channels.split import utf16_length
+from gateway.envelopes import ChatRef, Inbound, Outbound
 from gateway.errors import AccessRefused, InputError, Undeliverable
-from gateway.messages import ChatRef, Inbound, Outbound
 from gateway.settings import Settings
 from gateway.text import MalformedJSON, load_platform_json
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.channels.port import Delivery
-from gateway.messages import Inbound
+from gateway.envelopes import Inbound
 
 CHANNEL = "whatsapp"
 OBJECT = "whatsapp_business_account"

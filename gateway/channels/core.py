@@ -16,16 +16,16 @@ from datetime import timedelta
 
 import structlog
 
-from gateway.channels.leader import Leader, Step
 from gateway.channels.outbox import Outbox
 from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Received
 from gateway.clock import Clock
+from gateway.envelopes import ChatRef, Inbound
 from gateway.errors import AccessRefused, ConversationEnded, InputError
-from gateway.messages import ChatRef, Inbound
+from gateway.events.hub import Ended, Event, Hub, Overflow, Stored
 from gateway.metrics import Metrics
+from gateway.replicas.leader import Leader, Step
 from gateway.text import clean_inbound
-from gateway.turns.hub import Ended, Event, Hub, Overflow, Stored
 from gateway.turns.runner import TurnRunner
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage

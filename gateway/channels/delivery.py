@@ -26,8 +26,8 @@ from gateway.channels.pacing import Pacer, Pacing
 from gateway.channels.port import Connector
 from gateway.channels.split import split_text
 from gateway.clock import Clock
+from gateway.envelopes import Outbound
 from gateway.errors import DeliveryError, Undeliverable
-from gateway.messages import Outbound
 from gateway.metrics import Metrics
 from gateway.replicas.lease_keeper import Fence, Unshared, hold
 from gateway.settings import UncertainParts

@@ -12,10 +12,10 @@ import uuid
 from gateway.channels.outbox import Outbox
 from gateway.clock import Clock
 from gateway.errors import InputError
+from gateway.events.hub import Hub
 from gateway.llm.base import LLMProvider, Prompt, complete
 from gateway.llm.offline import OFFLINE
 from gateway.text import MAX_INT64, clean
-from gateway.turns.hub import Hub
 from memory.chat_turn import ChatTurn
 from memory.context import render_live
 from memory.provenance import label

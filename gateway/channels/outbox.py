@@ -13,8 +13,8 @@ import structlog
 
 from gateway.channels.delivery import DeliveryLoop
 from gateway.channels.port import Connector
+from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import DeliveryError
-from gateway.messages import ChatRef, Outbound
 from gateway.turns.presence import typing_while
 from memory.storage.messages import StoredMessage
 from memory.storage.repositories import Repositories

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gateway.channels.core import Core
-from gateway.channels.leader import LEASE_PREFIX
 from gateway.channels.port import Connector
 from gateway.clock import Clock
+from gateway.replicas.leader import LEASE_PREFIX
 from memory.archive.archive import Archive
 from memory.archive.reads import Backlog
 from memory.storage.leases import Leases

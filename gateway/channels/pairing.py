@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from gateway.errors import InputError
 from gateway.settings import Settings
 from memory.storage.engine import create_engine, session_factory
+from memory.storage.migrate import prepare as prepare_schema
 from memory.storage.pairing import Approval, Pairing, Pairings
-from memory.storage.schema import prepare as prepare_schema
 
 
 @asynccontextmanager

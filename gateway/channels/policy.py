@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from gateway.clock import Clock
+from gateway.envelopes import Inbound
 from gateway.errors import AccessRefused
-from gateway.messages import Inbound
 from gateway.settings import Policy, Settings
 from memory.storage.pairing import Pairings
 

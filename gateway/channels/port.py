@@ -18,8 +18,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.clock import Clock
-from gateway.messages import ChatRef, Inbound, Outbound
-from gateway.turns.hub import Event
+from gateway.envelopes import ChatRef, Inbound, Outbound
+from gateway.events.hub import Event
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Delivery

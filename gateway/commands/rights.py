@@ -15,7 +15,7 @@ from datetime import timedelta
 from gateway.channels.outbox import Outbox
 from gateway.clock import Clock
 from gateway.commands.registry import Command, Invocation
-from gateway.turns.hub import Ended, Hub
+from gateway.events.hub import Ended, Hub
 from memory.storage.conversations import Conversations
 from memory.storage.rights import Rights
 

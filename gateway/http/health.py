@@ -10,8 +10,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.http.deps import ServicesDep
 from gateway.services import Services
+from memory.storage.migrate import current_revision, head_revision
 from memory.storage.models import ChunkStatus
-from memory.storage.schema import current_revision, head_revision
 
 log = structlog.get_logger(__name__)
 

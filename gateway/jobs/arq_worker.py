@@ -33,7 +33,7 @@ from memory.archive.archive import Archive
 from memory.profile.profiles import Profiles
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.repositories import Repositories
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 
 QUEUE_NAME = "parley:jobs"
 # Generous: a summary of a large chunk on a slow model takes minutes. A worker killed

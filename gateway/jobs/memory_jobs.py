@@ -16,7 +16,11 @@ from gateway.replicas.lease_keeper import hold, keep
 from gateway.settings import LLMProviderName, Settings
 from gateway.turns.answering import TurnContext
 from memory.archive.archive import Archive
-from memory.archive.jobs import (
+from memory.archive.numbers import MemoryLimits
+from memory.archive.reads import NewChunk
+from memory.archive.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer
+from memory.archive.transcript import transcript_path, write_transcript
+from memory.archive.upkeep import (
     EXTRACT,
     ROLLUP,
     SUMMARIZE,
@@ -26,12 +30,8 @@ from memory.archive.jobs import (
     rollup_key,
     summarize_key,
 )
-from memory.archive.limits import MemoryLimits
-from memory.archive.reads import NewChunk
-from memory.archive.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer
-from memory.archive.transcript import transcript_path, write_transcript
-from memory.profile.jobs import TIDY, ProfileJobs, ProfileLimits
 from memory.profile.profiles import Profiles
+from memory.profile.upkeep import TIDY, ProfileJobs, ProfileLimits
 from memory.storage.leases import LeaseLost, Leases
 from memory.storage.repositories import Repositories
 

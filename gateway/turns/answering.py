@@ -15,11 +15,11 @@ import structlog
 
 from gateway.clock import Clock
 from gateway.errors import LLMError
+from gateway.events.hub import DeltaEvent, Hub, Typing
 from gateway.llm import LLMProvider, Prompt
 from gateway.llm.base import Tool, ToolCall, ToolStep
 from gateway.metrics import Metrics
 from gateway.text import clean
-from gateway.turns.hub import DeltaEvent, Hub, Typing
 from gateway.turns.steps import (
     answer_tokens,
     as_turns,
@@ -36,7 +36,7 @@ from memory.storage.conversations import Conversations, TurnState
 from memory.storage.lookups import NewLookup
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Role
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 
 log = structlog.get_logger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Protocol
 
 import structlog
 
+from gateway.envelopes import ChatRef
 from gateway.errors import DeliveryError
-from gateway.messages import ChatRef
 
 log = structlog.get_logger(__name__)
 

@@ -21,11 +21,11 @@ from typing import Protocol
 import structlog
 
 from gateway.clock import Clock
+from gateway.events.hub import Hub
 from gateway.llm import LLMProvider
 from gateway.metrics import Metrics
 from gateway.tasks import finish_or_cancel
 from gateway.turns.answering import Answer, Answerer, Recalling, TurnContext, TurnLimits
-from gateway.turns.hub import Hub
 from gateway.turns.leases import ConversationLeases
 from memory.provenance import COMMAND_SOURCE
 from memory.storage.conversations import Conversations, TurnState

@@ -22,7 +22,7 @@ from gateway.llm.base import ChatTurn, Tool, ToolCall, ToolStep
 from gateway.turns.recall_tools import MAX_ARGUMENT_CHARS
 from memory.provenance import NOTICE_SOURCE, escape_typed, label
 from memory.recall import ANSWER_TOKENS, SOURCE, answer
-from memory.tokens import estimate_tokens, message_tokens, shares, shorten
+from memory.token_count import estimate_tokens, message_tokens, shares, shorten
 
 # What one call may add: its answer, and the call as the model wrote it.
 CALL_OVERHEAD_TOKENS = 100

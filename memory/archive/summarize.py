@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import Literal, Protocol
 
-from memory.tokens import TokenCounter, estimate_tokens
+from memory.token_count import TokenCounter, estimate_tokens
 
 Kind = Literal["chunk", "rollup"]
 

@@ -11,7 +11,7 @@ from memory.portable.format import AuthorKey, ChunkKey, Fields
 from memory.profile.facts import Evidence
 from memory.provenance import from_gateway
 from memory.storage.models import ChunkStatus, Delivery, Role
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 from memory.zones import known_zone
 
 # Column widths (memory.storage.models): Postgres refuses longer values. Names are cut

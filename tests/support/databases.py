@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import text
 
 from memory.storage.engine import create_engine
+from memory.storage.migrate import migrate
 from memory.storage.models import Base
-from memory.storage.schema import migrate
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 POSTGRES_ADMIN_URL = os.environ.get(

@@ -15,10 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.replicas.lease_keeper import keep
 from memory.archive.archive import Archive
-from memory.archive.jobs import ArchiveJobs, RetryPolicy
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from memory.archive.summarize import ExtractiveSummarizer, Kind
 from memory.archive.transcript import transcript_path, write_transcript
+from memory.archive.upkeep import ArchiveJobs, RetryPolicy
 from memory.profile.facts import Evidence, Fact, Shorten
 from memory.profile.profiles import Profiles
 from memory.storage.engine import session_factory
@@ -31,7 +31,7 @@ from memory.storage.models import (
     Role,
 )
 from memory.storage.repositories import Repositories
-from memory.tokens import message_tokens
+from memory.token_count import message_tokens
 
 # The erased person's word, and the other person's: lower case (as a full-text index
 # keeps its terms) and starting unlike any other word (as its leaves are prefix-coded).

@@ -13,12 +13,12 @@ from fastapi import APIRouter, Query, Request, Response, WebSocket, WebSocketDis
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.events.hub import DeliveryChanged, DeltaEvent, Event, Typing
 from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.cors import own_origin
 from gateway.http.deps import OperatorsDep, ServicesDep
 from gateway.http.operators import OperatorAuth
 from gateway.http.problems import ApiError, responses
-from gateway.turns.hub import DeliveryChanged, DeltaEvent, Event, Typing
 
 STATIC = Path(__file__).with_name("static")
 # Scripts, styles, the socket and pictures from this origin only; framed by nobody.

@@ -15,13 +15,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from gateway.events.hub import Ended
 from gateway.http.api.once import OnceDep
 from gateway.http.api.people import person
 from gateway.http.api.sessions import Deleted
 from gateway.http.deps import ServicesDep
 from gateway.http.problems import ApiError, not_found, responses
 from gateway.services import Services
-from gateway.turns.hub import Ended
 from memory.portable.export import NoSuchUser
 from memory.portable.format import ExportFormatError
 from memory.portable.owner import ImportConflict

@@ -18,8 +18,8 @@ from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
 from gateway.http.problems import ApiError, not_found, responses
 from gateway.services import Services
 from gateway.text import MAX_INT64, StorableText
-from memory.archive.jobs import SUMMARIZE
 from memory.archive.reads import ChunkView
+from memory.archive.upkeep import SUMMARIZE
 from memory.profile.facts import Edit, EditError, Evidence, Remove, Replace, Shorten, StaleRevision
 from memory.profile.facts import ProfileView as Profile
 from memory.profile.profiles import BY_OPERATOR

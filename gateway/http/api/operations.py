@@ -16,8 +16,8 @@ from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
 from gateway.http.problems import ApiError, not_found, responses
 from gateway.services import Services
 from gateway.text import MAX_INT64
-from memory.archive.jobs import EXTRACT, SUMMARIZE
-from memory.profile.jobs import TIDY
+from memory.archive.upkeep import EXTRACT, SUMMARIZE
+from memory.profile.upkeep import TIDY
 from memory.storage.pairing import Approval, Pairing
 from memory.storage.work import KINDS, Job, Kind
 

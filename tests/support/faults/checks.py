@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.faults.snapshot import ChunkRow, Snapshot, StoredRow
 from tests.support.faults.traffic import Inbound

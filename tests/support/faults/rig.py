@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from memory.storage.engine import create_engine
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.faults.checks import (

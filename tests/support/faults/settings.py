@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.jobs.memory_jobs import memory_limits
 from gateway.settings import Settings
-from memory.archive.limits import MemoryLimits
+from memory.archive.numbers import MemoryLimits
 from tests.fakes.telegram_api import FakeTelegram, telegram_settings
 
 

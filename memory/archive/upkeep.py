@@ -1,4 +1,5 @@
-"""Archive jobs: summarise a chunk, roll a conversation's levels up, sweep for work.
+"""Archive upkeep, the jobs the queue runs: summarise a chunk, roll a conversation's
+levels up, sweep for work.
 
 The functions are queue-agnostic: an embedded runner or an arq worker calls them with
 a job name and one argument. Every job is idempotent and safe to run twice: the chunk

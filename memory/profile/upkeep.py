@@ -1,4 +1,5 @@
-"""Profile jobs: take new facts from each archived chunk, and tidy the profile by edits."""
+"""Profile upkeep, the jobs the queue runs: take new facts from each archived chunk, and
+tidy the profile by edits."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from datetime import datetime
 import structlog
 
 from memory.archive.archive import Archive
-from memory.archive.jobs import EXTRACT, Enqueue
 from memory.archive.summarize import TextModel
+from memory.archive.upkeep import EXTRACT, Enqueue
 from memory.profile.extraction import (
     EXTRACT_SYSTEM,
     extraction_request,

@@ -23,7 +23,7 @@ from redis.asyncio.connection import parse_url
 from redis.exceptions import RedisError
 
 from gateway.backoff import full_jitter
-from gateway.turns.hub import (
+from gateway.events.hub import (
     DeliveryChanged,
     DeltaEvent,
     Ended,
