@@ -127,7 +127,7 @@ app.add_typer(pairing, name="pairing")
 @pairing.command("list")
 def pairing_list() -> None:
     """Show the pairing codes waiting for approval."""
-    from gateway.channels.pairing import pending_lines
+    from gateway.inbox.pairing import pending_lines
     from memory.storage.migrate import SchemaOutOfDate
 
     settings = _settings()
@@ -141,7 +141,7 @@ def pairing_list() -> None:
 @pairing.command("approve")
 def pairing_approve(code: Annotated[str, typer.Argument(help="The code the person got.")]) -> None:
     """Let the person with this pairing code talk to the assistant."""
-    from gateway.channels.pairing import approve
+    from gateway.inbox.pairing import approve
     from memory.storage.migrate import SchemaOutOfDate
 
     settings = _settings()

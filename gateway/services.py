@@ -17,14 +17,9 @@ from typing import TYPE_CHECKING
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.channels.core import Core
 from gateway.channels.delivery import Announce, DeliveryLoop, RetryPolicy
-from gateway.channels.linking import Linking
-from gateway.channels.operator_messages import OperatorMessages
 from gateway.channels.outbox import Outbox
-from gateway.channels.overview import Overview
 from gateway.channels.pacing import Pacing
-from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Connector
 from gateway.channels.registry import enabled_connectors
 from gateway.clock import Clock, SystemClock
@@ -35,11 +30,16 @@ from gateway.commands.registry import Commands
 from gateway.commands.rights import RightsCommands
 from gateway.commands.status import StatusCommand
 from gateway.events.hub import DeliveryChanged, Hub
+from gateway.inbox.core import Core
+from gateway.inbox.policy import AccessPolicy
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
 from gateway.llm.base import Usage
 from gateway.metrics import Metrics
+from gateway.operations.linking import Linking
+from gateway.operations.operator_messages import OperatorMessages
+from gateway.operations.overview import Overview
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.text import clean

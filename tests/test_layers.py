@@ -53,12 +53,15 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         ("memory/storage/models.py", "import memory.archive.archive", "storage at the bottom"),
         ("memory/context.py", "import gateway.settings", "connectors -> gateway -> memory"),
         ("gateway/llm/base.py", "import memory.storage.models", "knows nothing of storage"),
-        ("gateway/turns/runner.py", "import gateway.channels.core", "the edge over the core"),
+        ("gateway/turns/runner.py", "import gateway.inbox.core", "the edge over the core"),
         # The runner asks the commands through its own port: they sit above the turns.
         ("gateway/turns/runner.py", "import gateway.commands.registry", "the edge over the core"),
         # The lease keeper sits below every holder of a lease (turns, lanes, jobs).
         ("gateway/replicas/lease_keeper.py", "import gateway.turns.leases", "the edge over"),
         ("connectors/telegram/normalize.py", "import memory.storage.models", "never storage"),
+        ("connectors/webchat/socket.py", "import gateway.inbox.core", "never storage"),
+        # What comes in knows nothing of what operators do with it.
+        ("gateway/inbox/core.py", "import gateway.operations.overview", "the edge over"),
         ("connectors/whatsapp/graph.py", "import connectors.telegram.errors", "independent"),
         ("connectors/discord/client.py", "import connectors.webchat.tokens", "independent"),
         # Events are told what happened; they never reach back into a turn.

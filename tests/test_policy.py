@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gateway.channels.policy import AccessPolicy, ChannelPolicy
+from gateway.inbox.policy import AccessPolicy, ChannelPolicy
 from gateway.settings import Policy
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.pairing import Approval, Pairings

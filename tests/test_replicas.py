@@ -20,7 +20,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.typing import Origin
 
-from gateway.channels.core import REPLY_POLL_SECONDS
+from gateway.inbox.core import REPLY_POLL_SECONDS
 from tests.fakes.llm_server import FakeLLM, Hang, Reply
 from tests.fakes.telegram_api import TgFail, fake_telegram, text_update
 from tests.support.faults.processes import RedisServer, Stopwatch

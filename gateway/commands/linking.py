@@ -14,9 +14,9 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
-from gateway.channels.linking import Linking
 from gateway.clock import Clock
 from gateway.commands.registry import Command, Invocation
+from gateway.operations.linking import Linking
 from memory.storage.conversations import Conversations
 from memory.storage.identities import Identities, UnlinkStatus
 from memory.storage.linking import Links, LinkStatus

@@ -9,7 +9,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.channels.operator_messages import NoModel, NoRecipient
 from gateway.errors import LLMError
 from gateway.http.api.inputs import Input
 from gateway.http.api.once import OnceDep
@@ -17,6 +16,7 @@ from gateway.http.deps import CursorsDep, ServicesDep
 from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
 from gateway.http.problems import ApiError, not_found, responses
 from gateway.http.wire import MessageOut
+from gateway.operations.operator_messages import NoModel, NoRecipient
 from gateway.services import Services
 from gateway.text import MAX_INT64, StorableText
 from memory.storage.messages import StoredMessage

@@ -1,4 +1,4 @@
-"""GET /api/v1/stats: how the gateway is doing (`gateway.channels.overview`), on the wire."""
+"""GET /api/v1/stats: how the gateway is doing (`gateway.operations.overview`), on the wire."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
-from gateway.channels.overview import ChannelHealth, Report
 from gateway.http.deps import ServicesDep
 from gateway.http.problems import responses
+from gateway.operations.overview import ChannelHealth, Report
 from memory.archive.reads import Backlog
 from memory.storage.stats import DayCount, DayPrompt, Queue, TurnPrompt
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gateway.channels.core import Core
 from gateway.channels.port import Connector
 from gateway.clock import Clock
+from gateway.inbox.core import Core
 from gateway.replicas.leader import LEASE_PREFIX
 from memory.archive.archive import Archive
 from memory.archive.reads import Backlog

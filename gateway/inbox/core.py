@@ -17,12 +17,12 @@ from datetime import timedelta
 import structlog
 
 from gateway.channels.outbox import Outbox
-from gateway.channels.policy import AccessPolicy
 from gateway.channels.port import Received
 from gateway.clock import Clock
 from gateway.envelopes import ChatRef, Inbound
 from gateway.errors import AccessRefused, ConversationEnded, InputError
 from gateway.events.hub import Ended, Event, Hub, Overflow, Stored
+from gateway.inbox.policy import AccessPolicy
 from gateway.metrics import Metrics
 from gateway.replicas.leader import Leader, Step
 from gateway.text import clean_inbound
