@@ -37,6 +37,7 @@ from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider, build_provider
 from gateway.llm.base import Usage
 from gateway.metrics import Metrics
+from gateway.operations.erasing import Erasing
 from gateway.operations.linking import Linking
 from gateway.operations.operator_messages import OperatorMessages
 from gateway.operations.overview import Overview
@@ -92,6 +93,7 @@ class Services:
     metrics: Metrics
     operator_messages: OperatorMessages
     linking: Linking
+    erasing: Erasing
     exports: Exports
     imports: Imports
     overview: Overview
@@ -169,6 +171,9 @@ class Services:
             recall=RecallTools(Recall(archive, repos.search, profiles), repos.lookups, clock),
         )
         linking = Linking(links=repos.links, runner=runner, clock=clock)
+        erasing = Erasing(
+            erasure=repos.erasure, directory=repos.directory, linking=linking, hub=hub, clock=clock
+        )
         # Every family of chat commands, one entry each; `/help` lists what is here.
         commands.register(
             HelpCommand(commands),
@@ -184,9 +189,8 @@ class Services:
             RightsCommands(
                 rights=repos.rights,
                 conversations=repos.conversations,
-                erase=repos.erasure.erase_user,
+                erasing=erasing,
                 outbox=outbox,
-                hub=hub,
                 clock=clock,
                 public_url=settings.public_url,
             ),
@@ -224,6 +228,7 @@ class Services:
                 repos.messages, outbox, hub, clock, llm, settings.llm_max_reply_tokens
             ),
             linking=linking,
+            erasing=erasing,
             exports=Exports(sessions),
             imports=Imports(sessions, clean=clean, archive_dir=settings.data_dir / ARCHIVE_DIR),
             overview=Overview(

@@ -8,14 +8,12 @@ out as a notice: the conversation it would be stored in is gone.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from gateway.channels.outbox import Outbox
 from gateway.clock import Clock
 from gateway.commands.registry import Command, Invocation
-from gateway.events.hub import Ended, Hub
+from gateway.operations.erasing import Erasing
 from memory.storage.conversations import Conversations
 from memory.storage.rights import Rights
 
@@ -35,6 +33,9 @@ ERASED_NOTICE = (
     "Done: everything I kept of you is erased — messages on every channel, the archive "
     "and your profile. If you write again, we start from nothing."
 )
+# Another conversation of theirs is in a turn that would not end in time (rare: a
+# person has one conversation of their own, unless one is being linked).
+BUSY_ANSWER = "I couldn't erase everything just now. Please send /erase again in a minute."
 
 
 class RightsCommands:
@@ -43,18 +44,15 @@ class RightsCommands:
         *,
         rights: Rights,
         conversations: Conversations,
-        erase: Callable[[uuid.UUID], Awaitable[object]],
+        erasing: Erasing,
         outbox: Outbox,
-        hub: Hub,
         clock: Clock,
         public_url: str | None,
     ) -> None:
-        """`erase` erases a person and all that is kept of them."""
         self._rights = rights
         self._conversations = conversations
-        self._erase = erase
+        self._erasing = erasing
         self._outbox = outbox
-        self._hub = hub
         self._clock = clock
         self._public_url = None if public_url is None else public_url.rstrip("/")
 
@@ -93,10 +91,12 @@ class RightsCommands:
             return "That code is wrong or has expired. Send /erase for a new one."
         # Where to say it is done, read before the identity it names is gone.
         chat = await self._outbox.chat_of(invocation.message)
-        await self._erase(owner)
+        try:
+            await self._erasing.erase_person(
+                owner, notice=ERASED_NOTICE, asking=invocation.conversation_id
+            )
+        except TimeoutError:
+            return BUSY_ANSWER
         await self._outbox.notify(chat, ERASED_NOTICE)
-        # Where it is open live (the web chat), it hears it there.
-        conversation = invocation.conversation_id
-        self._hub.publish(conversation, Ended(conversation, ERASED_NOTICE))
         # Nowhere to store this answer: the turn sees its message gone and stops.
         return ERASED_NOTICE

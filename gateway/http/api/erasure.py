@@ -6,18 +6,15 @@ no turn writes into what is being removed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from gateway.events.hub import Ended
 from gateway.http.api.once import OnceDep
-from gateway.http.api.people import person
 from gateway.http.api.sessions import Deleted
 from gateway.http.deps import ServicesDep
 from gateway.http.problems import ApiError, not_found, responses
@@ -30,8 +27,6 @@ from memory.portable.tables import ImportCounts
 router = APIRouter(tags=["people"])
 
 NDJSON = "application/x-ndjson"
-# How long a delete waits for a running turn of the conversation to end.
-GUARD_SECONDS = 30.0
 # What a person still connected (the web chat) hears when an operator ends it.
 DELETED_NOTICE = (
     "This conversation was deleted by the gateway's operator. If you write again, it "
@@ -75,13 +70,10 @@ async def delete_session(services: ServicesDep, session_id: uuid.UUID) -> Delete
     """Delete the conversation with its messages, archive (and transcript files),
     jobs and deliveries. A person's own conversation starts again empty; the person,
     their profile and their other channels stay."""
-    async with _held(services, [session_id]):
-        counts = await services.repos.erasure.delete_conversation(
-            session_id, now=services.clock.now()
-        )
+    with _busy_is_409():
+        counts = await services.erasing.delete_conversation(session_id, notice=DELETED_NOTICE)
     if counts is None:
         raise not_found("session")
-    services.hub.publish(session_id, Ended(session_id, DELETED_NOTICE))
     return Deleted.model_validate(counts, from_attributes=True)
 
 
@@ -90,13 +82,10 @@ async def erase_user(services: ServicesDep, user_id: uuid.UUID) -> Erased:
     """Erase the person: every identity, their conversation, their messages wherever
     they wrote, the archive cut from them, profile and retired facts, queued jobs and
     deliveries, and transcript files. Nothing of theirs is left to restore."""
-    found = await person(services, user_id)
-    async with _held(services, list(found.conversations)):
-        counts = await services.repos.erasure.erase_user(user_id)
+    with _busy_is_409():
+        counts = await services.erasing.erase_person(user_id, notice=ERASED_NOTICE)
     if counts is None:
         raise not_found("user")
-    for conversation in found.conversations:
-        services.hub.publish(conversation, Ended(conversation, ERASED_NOTICE))
     return Erased.model_validate(counts, from_attributes=True)
 
 
@@ -170,13 +159,9 @@ async def export_response(services: Services, user_id: uuid.UUID) -> StreamingRe
     )
 
 
-@contextlib.asynccontextmanager
-async def _held(services: Services, conversations: list[uuid.UUID]) -> AsyncIterator[None]:
-    async with contextlib.AsyncExitStack() as held:
-        try:
-            async with asyncio.timeout(GUARD_SECONDS):
-                for conversation_id in sorted(conversations):
-                    await held.enter_async_context(services.runner.guard(conversation_id))
-        except TimeoutError:
-            raise ApiError(409, "a turn of this conversation is still running") from None
+@contextlib.contextmanager
+def _busy_is_409() -> Iterator[None]:
+    try:
         yield
+    except TimeoutError:
+        raise ApiError(409, "a turn of this conversation is still running") from None
