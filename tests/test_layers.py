@@ -7,6 +7,7 @@ the wrong way, and runs `lint-imports` there: the contract that forbids it must 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,29 @@ def test_an_import_the_wrong_way_breaks_a_contract(
     assert result.returncode != 0
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken, result.stdout
+
+
+def test_the_readmes_layout_names_every_folder_and_module() -> None:
+    """The README's layout maps the tree as it is: every package of the three, and every
+    module directly in gateway/ and memory/, is named there (a folder moved or added
+    without a line is a map that lies)."""
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    named = set(re.findall(r"[a-z_]+(?:\.py|/)?", layout))
+    packages = {
+        init.parent.name + "/"
+        for root in ("connectors", "gateway", "memory")
+        for init in (ROOT / root).rglob("__init__.py")
+        if init.parent.name not in ("connectors", "gateway", "memory")
+    }
+    modules = {
+        module.name
+        for root in ("gateway", "memory")
+        for module in (ROOT / root).glob("*.py")
+        if module.name not in ("__init__.py", "__main__.py")
+    }
+    # A connector's package is named by its channel, in the connectors/ line.
+    channels = {f"{name}/" for name in ("telegram", "discord", "whatsapp", "webchat")}
+    names = named | {f"{name}/" for name in named if f"{name}/" in channels}
+
+    assert sorted((packages | modules) - names) == []
