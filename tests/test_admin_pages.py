@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from axe_playwright_python.async_playwright import Axe
-from playwright.async_api import Page, expect
+from playwright.async_api import Page, Route, expect
 from sqlalchemy import func, select, update
 
 from memory.storage.models import (
@@ -270,6 +270,43 @@ async def test_a_notice_goes_with_the_page_it_was_said_on(
     assert source == "operator via REST"
     assert over_health == ""
     assert erased is None
+
+
+async def test_a_page_that_fails_after_another_was_asked_for_does_not_cover_it(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    """Erase a person while their memory page is still loading: the page's last read
+    fails (they are gone), after the dashboard moved to People; People stays."""
+    async with dashboard(database_url, tmp_path, llm, page) as d:
+        bo = d.world.bo
+        asked, release = asyncio.Event(), asyncio.Event()
+
+        async def hold_the_profile(route: Route) -> None:
+            asked.set()
+            await release.wait()
+            await route.continue_()
+
+        await page.route(f"**/api/v1/users/{bo.user_id}/profile", hold_the_profile)
+        await sign_in(page, d.url)
+        dialogs = Dialogs(page)
+        dialogs.accept = True
+        await page.goto(f"{d.url}/admin#/people/{bo.user_id}/memory")
+        await asyncio.wait_for(asked.wait(), timeout=10)
+        await page.get_by_role("button", name="Erase this person").click()
+        await expect(page.locator("#toast")).to_contain_text("Erased:")
+        await expect(page.get_by_role("heading", name="People", exact=True)).to_be_visible()
+        async with page.expect_response(f"**/api/v1/users/{bo.user_id}/profile") as held:
+            release.set()  # the held read now finds no such person
+        assert (await held.value).status == 404
+        # A few turns of the page's event loop: it has done what it does with the answer.
+        for _ in range(3):
+            await page.evaluate(
+                "() => new Promise((r) => requestAnimationFrame(() => setTimeout(r)))"
+            )
+        problems = await page.get_by_role("heading", name="Something went wrong").count()
+        people = await page.get_by_role("heading", name="People", exact=True).count()
+
+    assert (problems, people) == (0, 1)
 
 
 async def test_health_shows_the_waiting_work_and_the_charts_the_database_holds(

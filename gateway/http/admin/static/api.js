@@ -6,6 +6,18 @@ export class Problem extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
+// A read whose page is no longer shown: its answer (an error too) is nobody's to show.
+// Erasing a person while their memory page still loaded put that page's "no such user"
+// over the People page the dashboard had moved to.
+export class Stale extends Problem {
+  constructor() { super(0, "a read of a page no longer shown"); this.stale = true; }
+}
+
+let shown = 0;  // which showing of a page the reads made now belong to
+
+// The router is showing a page (another, or the same afresh): reads still out are stale.
+export function newPage() { shown += 1; }
+
 export async function reach(url, init) {
   try {
     return await fetch(url, init);
@@ -22,7 +34,9 @@ export async function api(method, path, body, headers) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
+  const page = shown;
   const r = await reach("/api/v1" + path, init);
+  if (method === "GET" && page !== shown) throw new Stale();
   if (r.status === 401) { location.assign("/admin/signin"); throw new Problem(401, "signed out"); }
   const data = r.status === 204 ? null : await r.json().catch(() => null);
   if (!r.ok) throw new Problem(r.status, (data && data.error && data.error.message) || r.statusText);

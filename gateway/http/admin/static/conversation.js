@@ -1,7 +1,7 @@
 // One conversation, merged across channels, live: a socket rings on every change and
 // what is new is read by seq from the REST API, so a missed ring costs nothing.
 import { api, get } from "./api.js";
-import { action, h, onLeave, say, when } from "./dom.js";
+import { action, complain, h, onLeave, say, when } from "./dom.js";
 
 const NEWEST = "9007199254740991";
 const PAGE = 100;
@@ -116,7 +116,7 @@ function live(body, id, on) {
       if (frame.type === "ready") { status.textContent = "live"; backoff = 500; }
       const run = frame.type === "ready" ? on.ready() : frame.type === "changed" ? on.changed()
         : frame.type === "delivery" ? on.delivery(frame.seq) : null;
-      if (run) run.catch((err) => say(err.message));
+      if (run) run.catch(complain);
     };
     socket.onclose = () => {
       if (stopped) return;

@@ -39,10 +39,15 @@ export function arrive() {
   if (noticeRoute !== location.hash) unsay();
 }
 
+// What went wrong, said in the toast (unless it belongs to a page no longer shown).
+export function complain(err) {
+  if (!err.stale) say(err.message);
+}
+
 // An event handler whose failure is said in the toast, not left as an uncaught error.
 export function guarded(handler) {
   return async (event) => {
-    try { await handler(event); } catch (err) { say(err.message); }
+    try { await handler(event); } catch (err) { complain(err); }
   };
 }
 
@@ -55,7 +60,7 @@ export function action(label, run, cls) {
   const button = h("button", { type: "button", class: cls }, label);
   button.addEventListener("click", async () => {
     button.disabled = true;
-    try { await run(); } catch (err) { say(err.message); } finally { button.disabled = false; }
+    try { await run(); } catch (err) { complain(err); } finally { button.disabled = false; }
   });
   return button;
 }

@@ -1,12 +1,13 @@
 // The operator dashboard: a client of the REST API (/api/v1), one module per page.
 // Routes: #/people, #/people/ID[/memory][?seq=N], #/operations, #/health.
-import { CSRF, reach } from "./api.js";
+import { CSRF, newPage, reach } from "./api.js";
 import { arrive, guarded, h, setRefresh, show } from "./dom.js";
 import { healthPage } from "./health.js";
 import { operationsPage } from "./operations.js";
 import { peoplePage, personPage } from "./people.js";
 
 async function route() {
+  newPage();
   arrive();
   const [path, query] = (location.hash.slice(1) || "/people").split("?");
   const params = new URLSearchParams(query || "");
@@ -17,7 +18,7 @@ async function route() {
     else if (parts[0] === "people" && parts[1]) await personPage(parts[1], parts[2] === "memory" ? "memory" : "conversation", params);
     else await peoplePage(params);
   } catch (err) {
-    if (err.status !== 401) show("Problem", h("h1", {}, "Something went wrong"), h("p", { role: "alert" }, err.message));
+    if (!err.stale && err.status !== 401) show("Problem", h("h1", {}, "Something went wrong"), h("p", { role: "alert" }, err.message));
   }
 }
 
