@@ -68,9 +68,10 @@ from connectors.webchat.visitors import CHANNEL, VISITOR_NAME
 from gateway.jobs.memory_jobs import ArchiveMemory
 from gateway.jobs.queue import EmbeddedQueue
 from gateway.logs import configure_logging
-from gateway.services import ARCHIVE_DIR, Services
+from gateway.services import Services
 from gateway.settings import Settings
 from gateway.turns.persona import load_persona
+from gateway.wiring import archive_dir
 from memory.archive.numbers import MemoryLimits
 from memory.profile.extraction import EXTRACT_SYSTEM
 from memory.storage.engine import session_factory
@@ -700,7 +701,7 @@ async def store(chat: Chat, data_dir: Path, endpoint: Endpoint, mode: Mode) -> S
             services.profiles,
             services.queue.enqueue,
             clock,
-            settings.data_dir / ARCHIVE_DIR,
+            archive_dir(settings),
         )
         seqs: dict[str, int] = {}
         for session in chat.sessions():

@@ -53,10 +53,10 @@ from bench.memory_support import (
     scratch_dir,
     sqlite_url,
 )
-from gateway.jobs.memory_jobs import memory_limits
 from gateway.jobs.queue import EmbeddedQueue
 from gateway.replicas.lease_keeper import keep
 from gateway.settings import Settings
+from gateway.wiring import memory_limits
 from memory.archive.archive import Archive
 from memory.archive.summarize import ModelSummarizer
 from memory.archive.upkeep import (

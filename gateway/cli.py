@@ -246,10 +246,11 @@ async def _export(settings: Settings, user_id: uuid.UUID, out: BinaryIO) -> None
 
 async def _import(settings: Settings, handle: BinaryIO, size: int) -> ImportCounts:
     from gateway.text import clean
+    from gateway.wiring import archive_dir
     from memory.portable.imports import Imports
 
     async with _database(settings) as sessions:
-        imports = Imports(sessions, clean=clean, archive_dir=settings.data_dir / "archive")
+        imports = Imports(sessions, clean=clean, archive_dir=archive_dir(settings))
         with typer.progressbar(length=size, label="importing", file=sys.stderr) as bar:
             return await imports.import_lines(_lines(handle, bar.update), now=datetime.now(UTC))
 

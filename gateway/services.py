@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -32,10 +30,9 @@ from gateway.commands.status import StatusCommand
 from gateway.events.hub import DeliveryChanged, Hub
 from gateway.inbox.core import Core
 from gateway.inbox.policy import AccessPolicy
-from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs, memory_limits
+from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
-from gateway.llm import LLMProvider, build_provider
-from gateway.llm.base import Usage
+from gateway.llm import LLMProvider
 from gateway.metrics import Metrics
 from gateway.operations.erasing import Erasing
 from gateway.operations.linking import Linking
@@ -49,19 +46,18 @@ from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.recall_tools import RecallTools
 from gateway.turns.runner import TurnRunner
+from gateway.wiring import archive_dir, model_provider, open_stores, replica_name
 from memory.archive.archive import Archive
 from memory.portable.export import Exports
 from memory.portable.imports import Imports
 from memory.profile.profiles import Profiles
 from memory.recall import Recall
 from memory.storage.deliveries import DeliveryMoved
-from memory.storage.engine import create_engine, session_factory
 from memory.storage.files import private_dir, tighten
 from memory.storage.leases import Leases
 from memory.storage.migrate import SchemaOutOfDate
 from memory.storage.migrate import prepare as prepare_schema
 from memory.storage.repositories import Repositories
-from memory.token_count import message_tokens
 
 if TYPE_CHECKING:
     from gateway.events.fanout import RedisFanout
@@ -69,8 +65,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 TURN_SWEEP = "sweep:turns"
-# Transcript files, under the data dir: an export of the archive, not its truth.
-ARCHIVE_DIR = "archive"
 
 
 @dataclass
@@ -112,18 +106,11 @@ class Services:
         long as it is: the whole wiring in one place, read top to bottom."""
         require_shared_key(settings)
         clock = clock or SystemClock()
-        engine = create_engine(settings.resolved_database_url)
-        sessions = session_factory(engine)
-        repos = Repositories.open(
-            sessions,
-            count_tokens=message_tokens,
-            now=clock.now,
-            holder=_replica_name(settings),
-            archive_dir=settings.data_dir / ARCHIVE_DIR,
-        )
+        stores = open_stores(settings, clock, holder=replica_name(settings))
+        engine, sessions, repos = stores.engine, stores.sessions, stores.repos
+        archive, profiles = stores.archive, stores.profiles
         metrics = Metrics()
-        llm = llm or build_provider(settings, on_usage=partial(_count_usage, metrics))
-        archive, profiles = Archive(sessions, memory_limits(settings)), Profiles(sessions)
+        llm = llm or model_provider(settings, metrics)
         queue = _job_queue(settings)
         jobs = build_jobs(
             settings,
@@ -163,9 +150,7 @@ class Services:
                 shared_leases, timedelta(seconds=settings.turn_lease_seconds), metrics
             ),
             commands=commands,
-            memory=ArchiveMemory(
-                archive, profiles, queue.enqueue, clock, settings.data_dir / ARCHIVE_DIR
-            ),
+            memory=ArchiveMemory(archive, profiles, queue.enqueue, clock, archive_dir(settings)),
             presence=outbox.working,
             metrics=metrics,
             recall=RecallTools(Recall(archive, repos.search, profiles), repos.lookups, clock),
@@ -230,7 +215,7 @@ class Services:
             linking=linking,
             erasing=erasing,
             exports=Exports(sessions),
-            imports=Imports(sessions, clean=clean, archive_dir=settings.data_dir / ARCHIVE_DIR),
+            imports=Imports(sessions, clean=clean, archive_dir=archive_dir(settings)),
             overview=Overview(
                 stats=repos.stats,
                 leases=repos.leases,
@@ -361,19 +346,6 @@ def _delivery_loop(
 def _announce(hub: Hub, moved: DeliveryMoved) -> None:
     """A reply's delivery moved on: whoever shows it (the dashboard) reads it again."""
     hub.publish(moved.conversation_id, DeliveryChanged(moved.conversation_id, moved.seq))
-
-
-def _replica_name(settings: Settings) -> str:
-    """Who holds this replica's leases: where it runs (host, port, data dir), so the same
-    replica restarted after a crash takes its conversations back at once instead of
-    waiting for its own leases to lapse. Two live processes cannot share all three. The
-    data dir goes in as a digest: a lease's holder is at most 64 characters."""
-    data_dir = hashlib.sha256(str(settings.data_dir.resolve()).encode()).hexdigest()[:12]
-    return f"{socket.gethostname()[:32]}:{settings.port}:{data_dir}"
-
-
-def _count_usage(metrics: Metrics, usage: Usage) -> None:
-    metrics.count_tokens(prompt=usage.prompt, cached=usage.cached, completion=usage.completion)
 
 
 def _shared_pacer(redis_url: str) -> Pacing:

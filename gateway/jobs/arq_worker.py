@@ -25,15 +25,11 @@ from redis.exceptions import RedisError
 
 from gateway.backoff import full_jitter
 from gateway.clock import SystemClock
-from gateway.jobs.memory_jobs import JOBS, MemoryJobs, build_jobs, memory_limits
+from gateway.jobs.memory_jobs import JOBS, MemoryJobs, build_jobs
 from gateway.jobs.queue import Jobs
-from gateway.llm import build_provider
+from gateway.metrics import Metrics
 from gateway.settings import Settings
-from memory.archive.archive import Archive
-from memory.profile.profiles import Profiles
-from memory.storage.engine import create_engine, session_factory
-from memory.storage.repositories import Repositories
-from memory.token_count import message_tokens
+from gateway.wiring import model_provider, open_stores
 
 QUEUE_NAME = "parley:jobs"
 # Generous: a summary of a large chunk on a slow model takes minutes. A worker killed
@@ -113,17 +109,17 @@ class ArqQueue:
 
 async def _startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx["settings"]
-    engine = create_engine(settings.resolved_database_url)
-    sessions = session_factory(engine)
-    provider = build_provider(settings)
-    queue = ArqQueue(pool=ctx["redis"], key_epoch=settings.job_lease_seconds)
     clock = SystemClock()
-    ctx["engine"], ctx["provider"] = engine, provider
+    stores = open_stores(settings, clock)
+    # Counted as the gateway counts its calls; a worker serves no /metrics of its own yet.
+    provider = model_provider(settings, Metrics())
+    queue = ArqQueue(pool=ctx["redis"], key_epoch=settings.job_lease_seconds)
+    ctx["stores"], ctx["provider"] = stores, provider
     ctx["jobs"] = build_jobs(
         settings,
-        archive=Archive(sessions, memory_limits(settings)),
-        repos=Repositories.open(sessions, count_tokens=message_tokens, now=clock.now),
-        profiles=Profiles(sessions),
+        archive=stores.archive,
+        repos=stores.repos,
+        profiles=stores.profiles,
         provider=provider,
         enqueue=queue.enqueue,
         clock=clock,
@@ -134,8 +130,8 @@ async def _shutdown(ctx: dict[str, Any]) -> None:
     # Popped, so closing twice (arq's shutdown, then ours after a lost Redis) is safe.
     if (provider := ctx.pop("provider", None)) is not None:
         await provider.aclose()
-    if (engine := ctx.pop("engine", None)) is not None:
-        await engine.dispose()
+    if (stores := ctx.pop("stores", None)) is not None:
+        await stores.close()
 
 
 def _arq_job(name: str) -> WorkerCoroutine:

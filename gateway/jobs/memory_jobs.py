@@ -15,8 +15,8 @@ from gateway.llm import ChatTurn, LLMProvider, Prompt, complete
 from gateway.replicas.lease_keeper import hold, keep
 from gateway.settings import LLMProviderName, Settings
 from gateway.turns.answering import TurnContext
+from gateway.wiring import profile_limits
 from memory.archive.archive import Archive
-from memory.archive.numbers import MemoryLimits
 from memory.archive.reads import NewChunk
 from memory.archive.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer
 from memory.archive.transcript import transcript_path, write_transcript
@@ -31,26 +31,11 @@ from memory.archive.upkeep import (
     summarize_key,
 )
 from memory.profile.profiles import Profiles
-from memory.profile.upkeep import TIDY, ProfileJobs, ProfileLimits
+from memory.profile.upkeep import TIDY, ProfileJobs
 from memory.storage.leases import LeaseLost, Leases
 from memory.storage.repositories import Repositories
 
 T = TypeVar("T")
-
-
-def memory_limits(settings: Settings) -> MemoryLimits:
-    configured = MemoryLimits(
-        live_window_tokens=settings.live_window_tokens,
-        chunk_tokens=settings.chunk_tokens,
-        chunk_min_tokens=settings.chunk_min_tokens,
-        summary_tokens=settings.summary_tokens,
-        summary_window_tokens=settings.summary_window_tokens or settings.llm_context_tokens // 2,
-        consolidate_at=settings.consolidate_at,
-        consolidate_count=settings.consolidate_count,
-        rollup_keep=settings.rollup_keep,
-        rollup_batch=settings.rollup_batch,
-    )
-    return configured.scaled(settings.llm_context_tokens)
 
 
 class ProviderTextModel:
@@ -63,16 +48,6 @@ class ProviderTextModel:
     async def complete(self, system: str, prompt: str, max_tokens: int) -> str:
         request = Prompt(system, (ChatTurn("user", prompt),), max_tokens, model=self._model)
         return await complete(self._provider, request)
-
-
-def profile_limits(settings: Settings) -> ProfileLimits:
-    return ProfileLimits(
-        tidy_at_chars=settings.profile_tidy_at_chars,
-        tidy_target_chars=settings.profile_tidy_target_chars,
-        regrow_chars=settings.profile_tidy_regrow_chars,
-        max_passes=settings.profile_tidy_max_passes,
-        backoff_seconds=settings.profile_tidy_backoff_seconds,
-    )
 
 
 class MemoryJobs:

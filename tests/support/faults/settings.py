@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gateway.jobs.memory_jobs import memory_limits
 from gateway.settings import Settings
+from gateway.wiring import memory_limits
 from memory.archive.numbers import MemoryLimits
 from tests.fakes.telegram_api import FakeTelegram, telegram_settings
 
