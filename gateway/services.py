@@ -38,6 +38,7 @@ from gateway.operations.erasing import Erasing
 from gateway.operations.linking import Linking
 from gateway.operations.operator_messages import OperatorMessages
 from gateway.operations.overview import Overview
+from gateway.replicas.sweeps import sweep_forever
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.text import clean
@@ -63,8 +64,6 @@ if TYPE_CHECKING:
     from gateway.events.fanout import RedisFanout
 
 log = structlog.get_logger(__name__)
-
-TURN_SWEEP = "sweep:turns"
 
 
 @dataclass
@@ -262,9 +261,16 @@ class Services:
                 self._stage, "turns", lambda: self.runner.close(deadline.left())
             )
             stack.callback(deadline.start)  # the HTTP server has stopped taking requests
-            await self.core.resume()
-            await self.outbox.resume()
-            sweeper = asyncio.create_task(self._sweep_turns(), name="turn-sweeper")
+            await self._resume_owed()
+            sweeper = asyncio.create_task(
+                sweep_forever(
+                    self._resume_owed,
+                    self.settings.sweep_interval_seconds,
+                    name="turns",
+                    leases=self.repos.leases,
+                ),
+                name="turn-sweeper",
+            )
             stack.push_async_callback(self._stage, "turn sweep", lambda: _cancel(sweeper))
             log.info(
                 "gateway ready",
@@ -274,19 +280,11 @@ class Services:
             )
             yield
 
-    async def _sweep_turns(self) -> None:
-        """Now and then, one replica (whoever holds the sweep's lease) starts the turns
-        owed anywhere and submits the replies still to send: a dead replica's work is
-        taken over once its leases lapse."""
-        interval = self.settings.sweep_interval_seconds
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                if await self.repos.leases.claim(TURN_SWEEP, timedelta(seconds=3 * interval)):
-                    await self.core.resume()
-                    await self.outbox.resume()
-            except Exception:  # e.g. the database is briefly down: sweep again later
-                log.exception("turn sweep failed")
+    async def _resume_owed(self) -> None:
+        """The turns owed anywhere, and the replies still to send: a dead replica's work
+        is taken over once its leases lapse."""
+        await self.core.resume()
+        await self.outbox.resume()
 
     async def _stage(self, name: str, close: Callable[[], Awaitable[object]]) -> None:
         try:

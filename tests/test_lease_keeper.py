@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.replicas.leader import Leader
 from gateway.replicas.lease_keeper import LeaseKeeper, keep
+from gateway.replicas.sweeps import sweep_forever
 from memory.archive.archive import Archive
 from memory.archive.numbers import MemoryLimits
 from memory.archive.summarize import Kind
@@ -265,3 +266,41 @@ async def test_a_leader_whose_lease_was_taken_stops_its_work(sessions: Sessions)
         await leader.close()
 
     assert taken
+
+
+async def test_one_replica_sweeps_at_a_time_and_a_failed_sweep_is_tried_again(
+    sessions: Sessions,
+) -> None:
+    """Two replicas' sweeps share a lease: only its holder sweeps; a sweep that fails
+    (the database briefly down) is logged and run again at the next interval."""
+    clock = ManualClock(NOW)
+    swept = {"a": 0, "b": 0}
+    again = asyncio.Event()
+
+    async def sweep(replica: str) -> None:
+        swept[replica] += 1
+        if swept[replica] == 1:
+            raise OperationalError("SELECT", {}, ConnectionResetError("reset"))
+        again.set()
+
+    replicas = [
+        asyncio.create_task(
+            sweep_forever(
+                partial(sweep, name),
+                0.01,
+                name="test",
+                leases=Leases(sessions, clock.now, holder=name),
+                at_once=True,
+            )
+        )
+        for name in ("a", "b")
+    ]
+    try:
+        await asyncio.wait_for(again.wait(), timeout=10)
+    finally:
+        for task in replicas:
+            task.cancel()
+        await asyncio.gather(*replicas, return_exceptions=True)
+
+    assert sorted(swept.values())[0] == 0  # the other replica never swept
+    assert max(swept.values()) >= 2  # failed once, then swept again

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import structlog
 
+from gateway.replicas.sweeps import sweep_forever
+
 log = structlog.get_logger(__name__)
 
 
@@ -63,7 +65,10 @@ class EmbeddedQueue:
 
     async def start(self, jobs: Jobs) -> None:
         self._jobs = jobs
-        self._sweeper = asyncio.create_task(self._sweep_forever(), name="job-sweeper")
+        self._sweeper = asyncio.create_task(
+            sweep_forever(jobs.sweep, self._sweep_every, name="memory jobs", at_once=True),
+            name="job-sweeper",
+        )
 
     async def close(self) -> None:
         # An interrupted job leaves its lease to expire; the next start sweeps it up.
@@ -95,12 +100,3 @@ class EmbeddedQueue:
         self._tasks.discard(task)
         if not self._tasks:
             self._idle.set()
-
-    async def _sweep_forever(self) -> None:
-        assert self._jobs is not None
-        while True:
-            try:
-                await self._jobs.sweep()
-            except Exception:  # e.g. the database is briefly down: sweep again later
-                log.exception("sweep failed")
-            await asyncio.sleep(self._sweep_every)

@@ -1,2 +1,2 @@
-"""What replicas share and decide between them: leases and their keeping, and which
-replica leads (holds the platform connections only one may hold)."""
+"""What replicas share and decide between them: leases and their keeping, which
+replica leads (holds the platform connections only one may hold), and which sweeps."""
