@@ -50,9 +50,10 @@ class Metrics:
         )
         self.model_tokens = Counter(
             "parley_model_tokens",
-            "Tokens of this process's model calls (turns; with the embedded job runner, "
-            "summaries and extraction too) as the model server counted them: prompt (all, "
-            "cached included), cached (read from its prompt cache), completion.",
+            "Tokens of this process's model calls (turns; summaries and extraction where "
+            "it runs them: the embedded job runner or `parley worker`) as the model server "
+            "counted them: prompt (all, cached included), cached (read from its prompt "
+            "cache), completion.",
             ["kind"],
             registry=registry,
         )

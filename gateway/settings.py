@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     archive_retry_base_seconds: float = Field(default=30.0, ge=0)
     archive_retry_max_seconds: float = Field(default=3_600.0, ge=0)
     job_lease_seconds: float = Field(default=30.0, ge=1)
+    # `parley worker` serves a /metrics of its own on this port (on PARLEY_HOST): the
+    # tokens of the model calls its summaries and extractions make. Unset: it serves none.
+    worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
     # A replica's hold on a conversation while it answers: renewed every third of it; a
     # dead replica's conversations pass to another within it (plus one sweep).
     turn_lease_seconds: float = Field(default=30.0, ge=3)

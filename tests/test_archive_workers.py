@@ -4,10 +4,13 @@ lose nothing, and no chunk is summarised twice."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import uuid
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from gateway.jobs.arq_worker import build_worker
 from memory.storage.models import ChunkStatus
@@ -15,7 +18,7 @@ from tests.fakes.llm_server import Behaviour, FakeLLM, Hang, Reply
 from tests.support.archive_checks import is_summary_request, marked_text
 from tests.support.harness import Gateway, make_settings, running_gateway
 from tests.support.polling import eventually
-from tests.support.process import parley_env, start_parley, stop_process
+from tests.support.process import free_port, parley_env, start_parley, stop_process
 from tests.support.redis import flush
 
 SMALL_MODEL = {"llm_context_tokens": 16_000}
@@ -115,3 +118,43 @@ async def test_a_flushed_queue_is_refilled_from_the_database(
     assert {c.id for c in pending} <= {c.id for c in chunks}
     assert all(c.status is ChunkStatus.READY for c in chunks)
     assert sum(is_summary_request(r) for r in llm.requests) == len(chunks)
+
+
+async def test_a_worker_serves_the_tokens_of_its_summaries_on_its_own_metrics(
+    database_url: str, tmp_path: Path, llm: FakeLLM, redis_url: str
+) -> None:
+    """`parley worker` with PARLEY_WORKER_METRICS_PORT: the model calls of its summaries
+    are counted as the gateway counts its own, and served there."""
+    llm.responder = lambda body, number: (
+        Reply(f"summary from request {number}") if is_summary_request(body) else None
+    )
+    settings = make_settings(database_url, tmp_path, llm, redis_url=redis_url, **SMALL_MODEL)
+    port = free_port()
+    env = parley_env(
+        data_dir=str(tmp_path),
+        database_url=database_url,
+        redis_url=redis_url,
+        llm_provider="openai",
+        llm_base_url=llm.openai_base,
+        llm_api_key="sk-test",
+        llm_context_tokens="16000",
+        worker_metrics_port=str(port),
+    )
+    async with running_gateway(settings) as gw, httpx.AsyncClient() as client:
+        token, conversation = await gw.visitor()
+        chunk_id = await _fill_until_a_chunk_is_cut(gw, token, uuid.UUID(conversation))
+        worker = await start_parley("worker", env=env, cwd=tmp_path)
+        try:
+            await eventually(
+                lambda: gw.services.archive.chunk(chunk_id),
+                until=lambda c: c is not None and c.status is ChunkStatus.READY,
+                seconds=60,
+            )
+            served = await client.get(f"http://127.0.0.1:{port}/metrics")
+        finally:
+            await stop_process(worker, signal.SIGTERM, seconds=20)
+
+    prompt = re.search(r'^parley_model_tokens_total\{kind="prompt"\} (\S+)$', served.text, re.M)
+    assert served.status_code == 200
+    assert prompt is not None, served.text[:500]
+    assert float(prompt.group(1)) > 0

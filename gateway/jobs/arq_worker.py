@@ -14,12 +14,14 @@ import signal
 import time
 from collections.abc import Callable
 from typing import Any, cast
+from wsgiref.simple_server import WSGIServer
 
 import structlog
 from arq import ArqRedis, cron, func
 from arq.connections import RedisSettings
 from arq.typing import WorkerCoroutine
 from arq.worker import Worker
+from prometheus_client import start_http_server
 from redis.asyncio import ConnectionPool
 from redis.exceptions import RedisError
 
@@ -111,8 +113,7 @@ async def _startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx["settings"]
     clock = SystemClock()
     stores = open_stores(settings, clock)
-    # Counted as the gateway counts its calls; a worker serves no /metrics of its own yet.
-    provider = model_provider(settings, Metrics())
+    provider = model_provider(settings, ctx["metrics"])
     queue = ArqQueue(pool=ctx["redis"], key_epoch=settings.job_lease_seconds)
     ctx["stores"], ctx["provider"] = stores, provider
     ctx["jobs"] = build_jobs(
@@ -160,13 +161,34 @@ def run_worker(settings: Settings) -> None:
 
 
 async def _supervise(settings: Settings) -> None:
+    metrics = Metrics()  # one for the process: its counts go on across reconnections
+    server = _serve_metrics(settings, metrics)
+    try:
+        await _run_until_stopped(settings, metrics)
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+def _serve_metrics(settings: Settings, metrics: Metrics) -> WSGIServer | None:
+    """The worker's own /metrics (a thread of prometheus-client's), when a port is set."""
+    if settings.worker_metrics_port is None:
+        return None
+    server, _ = start_http_server(
+        settings.worker_metrics_port, addr=settings.host, registry=metrics.registry
+    )
+    log.info("worker metrics served", host=settings.host, port=settings.worker_metrics_port)
+    return server
+
+
+async def _run_until_stopped(settings: Settings, metrics: Metrics) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     failures = 0
     while not stop.is_set():
-        worker = build_worker(settings, handle_signals=False)
+        worker = build_worker(settings, handle_signals=False, metrics=metrics)
         started = loop.time()
         run = asyncio.create_task(worker.async_run())
         stopping = asyncio.create_task(stop.wait())
@@ -201,6 +223,7 @@ def build_worker(
     burst: bool = False,
     poll_delay: float = 0.5,
     handle_signals: bool | None = None,
+    metrics: Metrics | None = None,
 ) -> Worker:
     if not settings.redis_url:
         raise ValueError("PARLEY_REDIS_URL is required for `parley worker`")
@@ -214,7 +237,7 @@ def build_worker(
         queue_name=QUEUE_NAME,
         on_startup=_startup,
         on_shutdown=_shutdown,
-        ctx={"settings": settings},
+        ctx={"settings": settings, "metrics": metrics or Metrics()},
         keep_result=0,
         max_jobs=settings.embedded_job_concurrency * 2,
         burst=burst,
