@@ -33,6 +33,22 @@ async def _fill_until_a_chunk_is_cut(gw: Gateway, token: str, conversation_id: u
     raise AssertionError("no chunk was cut")
 
 
+def _worker_env(
+    data_dir: Path, database_url: str, redis_url: str, llm: FakeLLM, **extra: str
+) -> dict[str, str]:
+    """What `parley worker` runs with beside the test's gateway (the same small model)."""
+    return parley_env(
+        data_dir=str(data_dir),
+        database_url=database_url,
+        redis_url=redis_url,
+        llm_provider="openai",
+        llm_base_url=llm.openai_base,
+        llm_api_key="sk-test",
+        llm_context_tokens=str(SMALL_MODEL["llm_context_tokens"]),
+        **extra,
+    )
+
+
 def _summaries_of(requests: list[dict[str, Any]], marker: str) -> int:
     return sum(
         is_summary_request(r) and marker in str(r["messages"][-1]["content"]) for r in requests
@@ -57,16 +73,7 @@ async def test_a_worker_killed_mid_summary_loses_nothing_and_summarises_once(
     settings = make_settings(
         database_url, tmp_path, llm, redis_url=redis_url, job_lease_seconds=2, **SMALL_MODEL
     )
-    env = parley_env(
-        data_dir=str(tmp_path),
-        database_url=database_url,
-        redis_url=redis_url,
-        llm_provider="openai",
-        llm_base_url=llm.openai_base,
-        llm_api_key="sk-test",
-        llm_context_tokens="16000",
-        job_lease_seconds="2",
-    )
+    env = _worker_env(tmp_path, database_url, redis_url, llm, job_lease_seconds="2")
     async with running_gateway(settings) as gw:
         token, conversation = await gw.visitor()
         conversation_id = uuid.UUID(conversation)
@@ -130,16 +137,7 @@ async def test_a_worker_serves_the_tokens_of_its_summaries_on_its_own_metrics(
     )
     settings = make_settings(database_url, tmp_path, llm, redis_url=redis_url, **SMALL_MODEL)
     port = free_port()
-    env = parley_env(
-        data_dir=str(tmp_path),
-        database_url=database_url,
-        redis_url=redis_url,
-        llm_provider="openai",
-        llm_base_url=llm.openai_base,
-        llm_api_key="sk-test",
-        llm_context_tokens="16000",
-        worker_metrics_port=str(port),
-    )
+    env = _worker_env(tmp_path, database_url, redis_url, llm, worker_metrics_port=str(port))
     async with running_gateway(settings) as gw, httpx.AsyncClient() as client:
         token, conversation = await gw.visitor()
         chunk_id = await _fill_until_a_chunk_is_cut(gw, token, uuid.UUID(conversation))
