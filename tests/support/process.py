@@ -67,9 +67,7 @@ class Served:
 
     async def stop(self, sig: signal.Signals = signal.SIGTERM, seconds: float = 30) -> str:
         """Send `sig`; once the process has exited, all it wrote to stderr."""
-        if self.process.returncode is None:
-            self.process.send_signal(sig)
-        await asyncio.wait_for(self.process.wait(), seconds)
+        await stop_process(self.process, sig, seconds)
         return (await asyncio.wait_for(self._stderr, seconds)).decode()
 
 
