@@ -64,11 +64,12 @@ from bench.memory_support import (
 from gateway.clock import SystemClock
 from gateway.events.hub import Hub
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs
-from gateway.llm import Prompt, build_provider
+from gateway.llm import Prompt
 from gateway.metrics import Metrics
 from gateway.settings import Settings
 from gateway.turns.answering import Answerer, TurnContext, TurnLimits
 from gateway.turns.persona import load_persona
+from gateway.wiring import memory_limits, model_provider, stores_on
 from memory.archive.archive import Archive
 from memory.archive.numbers import MemoryLimits
 from memory.archive.upkeep import ROLLUP
@@ -480,27 +481,37 @@ class Subject:
         return await self.jobs.sweep()
 
 
-def subject(
-    label: str, seeded: Seeded, engine: AsyncEngine, limits: MemoryLimits, scratch: Path
-) -> Subject:
-    sessions = session_factory(engine)
-    repos = Repositories.open(sessions, count_tokens=message_tokens, now=lambda: datetime.now(UTC))
-    archive, profiles = Archive(sessions, limits), Profiles(sessions)
+def subject(label: str, seeded: Seeded, engine: AsyncEngine, scratch: Path) -> Subject:
+    # The parts as the gateway and a worker build them (offline provider: no model is
+    # called here), on the bench's seeded engine.
+    settings = Settings(_env_file=None, data_dir=scratch / "data")
+    stores = stores_on(engine, settings, SystemClock())
     queue, job_queue = CountingQueue(), CountingQueue()
     clock = FixedClock(datetime.now(UTC))
-    memory = ArchiveMemory(archive, profiles, queue.enqueue, clock, scratch / "archive")
-    # The jobs as a worker builds them (offline provider: no model is called here).
-    settings = Settings(_env_file=None, data_dir=scratch / "data")
+    memory = ArchiveMemory(
+        stores.archive, stores.profiles, queue.enqueue, clock, scratch / "archive"
+    )
     jobs = build_jobs(
         settings,
-        archive=archive,
-        repos=repos,
-        profiles=profiles,
-        provider=build_provider(settings),
+        archive=stores.archive,
+        repos=stores.repos,
+        profiles=stores.profiles,
+        provider=model_provider(settings, Metrics()),
         enqueue=job_queue.enqueue,
         clock=SystemClock(),
     )
-    return Subject(label, seeded, engine, repos, archive, profiles, memory, queue, jobs, job_queue)
+    return Subject(
+        label,
+        seeded,
+        engine,
+        stores.repos,
+        stores.archive,
+        stores.profiles,
+        memory,
+        queue,
+        jobs,
+        job_queue,
+    )
 
 
 async def assemble(
@@ -729,7 +740,7 @@ async def subjects(options: Options, limits: MemoryLimits) -> AsyncIterator[list
                     for change in options.what_if:
                         for statement in WHAT_IF[change]:
                             await conn.exec_driver_sql(statement)
-                made.append(subject(label, seeded, engine, limits, scratch))
+                made.append(subject(label, seeded, engine, scratch))
             if shared is not None:
                 async with shared.begin() as conn:
                     await conn.execute(text("ANALYZE"))
@@ -755,7 +766,7 @@ def file_bytes(path: str | None) -> int | None:
 
 
 async def run(options: Options) -> dict[str, Any]:
-    limits = MemoryLimits()  # the defaults for a 128k-token model
+    limits = memory_limits(Settings(_env_file=None))  # the gateway's defaults
     persona = load_persona(None)
     url = normalise_url(options.database_url) if options.database_url else "sqlite"
     async with subjects(options, limits) as (small, large):

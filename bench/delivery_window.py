@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from sqlalchemy import text
 
@@ -28,22 +29,22 @@ from bench.memory_support import (
     scratch_dir,
     sqlite_url,
 )
+from gateway.clock import SystemClock
+from gateway.settings import Settings
+from gateway.wiring import stores_on
 from memory.storage.deliveries import Deliveries
 from memory.storage.engine import session_factory
 from memory.storage.messages import NewMessage
 from memory.storage.models import Delivery, Role
-from memory.storage.repositories import Repositories
-from memory.token_count import message_tokens
 
 
-async def measure(url: str, count: int) -> dict[str, float]:
+async def measure(url: str, count: int, scratch: Path) -> dict[str, float]:
     engine = await migrated_engine(url)
     sessions = session_factory(engine)
     now = datetime.now(UTC)
     try:
-        repos = Repositories.open(
-            sessions, count_tokens=message_tokens, now=lambda: datetime.now(UTC)
-        )
+        settings = Settings(_env_file=None, database_url=url, data_dir=scratch / "data")
+        repos = stores_on(engine, settings, SystemClock()).repos
         ref = await repos.identities.resolve_identity(
             "telegram", f"bench-{time.time_ns()}", display_name="", timezone="UTC", now=now
         )
@@ -83,7 +84,7 @@ async def main() -> None:
     print(machine_line(machine()))
     async with scratch_dir("parley-delivery-window") as scratch:
         url = normalise_url(options.url) if options.url else sqlite_url(scratch / "bench.db")
-        result = await measure(url, options.n)
+        result = await measure(url, options.n, scratch)
     print(
         f"{backend(url)}: window p50 {result['window_p50_ms']:.2f} ms, "
         f"p99 {result['window_p99_ms']:.2f} ms; SELECT 1 p50 "

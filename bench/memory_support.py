@@ -4,6 +4,7 @@ throughput, idle worker CPU): machine facts, percentiles, databases, CPU time.""
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import platform
@@ -16,7 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -129,10 +129,10 @@ def log_to_devnull() -> None:
     """The gateway's logging as a worker runs it (INFO, JSON lines), written to
     /dev/null: logging still costs what it costs, and the output stays readable."""
     configure_logging()
-    processors = list(structlog.get_config()["processors"])
-    processors[-1] = structlog.processors.JSONRenderer()
     sink = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process' life
-    structlog.configure(processors=processors, logger_factory=structlog.PrintLoggerFactory(sink))
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(sink)
 
 
 def filler(chars: int, seed: str = "") -> str:

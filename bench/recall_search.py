@@ -43,6 +43,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, insert, text
@@ -60,11 +61,10 @@ from bench.memory_support import (
     scratch_dir,
     sqlite_url,
 )
-from memory.archive.archive import Archive
-from memory.archive.numbers import MemoryLimits
-from memory.profile.profiles import Profiles
+from gateway.clock import SystemClock
+from gateway.settings import Settings
+from gateway.wiring import stores_on
 from memory.recall import Recall, Scope
-from memory.storage.engine import session_factory
 from memory.storage.models import (
     Chunk,
     ChunkStatus,
@@ -271,11 +271,12 @@ class Subject:
         return Scope(self.seeded.conversation_id, self.seeded.user_id, "UTC")
 
 
-def subject(database: str, engine: AsyncEngine, seeded: Seeded) -> Subject:
-    sessions = session_factory(engine)
-    search = Search(sessions)
-    recall = Recall(Archive(sessions, MemoryLimits()), search, Profiles(sessions))
-    return Subject(database, engine, seeded, recall, search)
+def subject(database: str, engine: AsyncEngine, seeded: Seeded, scratch: Path) -> Subject:
+    # Recall as the gateway builds it (`gateway.services`), on the bench's seeded engine.
+    settings = Settings(_env_file=None, data_dir=scratch / "data")
+    stores = stores_on(engine, settings, SystemClock())
+    recall = Recall(stores.archive, stores.repos.search, stores.profiles)
+    return Subject(database, engine, seeded, recall, stores.repos.search)
 
 
 async def timed(call: Callable[[], Awaitable[object]]) -> float:
@@ -334,7 +335,8 @@ async def subjects(options: Options, now: datetime) -> AsyncIterator[list[Subjec
                 urls.append(normalise_url(options.postgres_url))
             for url in urls:
                 engine = await migrated_engine(url)
-                made.append(subject(backend(url), engine, await seed(engine, options, now)))
+                seeded = await seed(engine, options, now)
+                made.append(subject(backend(url), engine, seeded, scratch))
             yield made
         finally:
             for s in made:

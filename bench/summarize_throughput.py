@@ -53,24 +53,21 @@ from bench.memory_support import (
     scratch_dir,
     sqlite_url,
 )
+from gateway.clock import SystemClock
+from gateway.jobs.memory_jobs import build_archive_jobs
 from gateway.jobs.queue import EmbeddedQueue
-from gateway.replicas.lease_keeper import keep
 from gateway.settings import Settings
-from gateway.wiring import memory_limits
+from gateway.wiring import stores_on
 from memory.archive.archive import Archive
-from memory.archive.summarize import ModelSummarizer
 from memory.archive.upkeep import (
     EXTRACT,
     ROLLUP,
     SUMMARIZE,
     ArchiveJobs,
-    RetryPolicy,
     summarize_key,
 )
-from memory.storage.engine import session_factory
 from memory.storage.messages import Messages
 from memory.storage.models import Chunk, ChunkStatus, Conversation, ConversationKind, User
-from memory.token_count import message_tokens
 
 SUMMARY = filler(6_000, "Summary:")
 MESSAGES_PER_CHUNK = 20
@@ -257,24 +254,14 @@ class Bench:
     concurrency: int
 
     def jobs(self, enqueue: Any, model: InstantModel) -> ArchiveJobs:
-        """`ArchiveJobs` as `gateway.jobs.memory_jobs.build_jobs` makes them, with our model."""
-        settings = self.settings
-        return ArchiveJobs(
+        """`ArchiveJobs` as the gateway and a worker build them, with our model."""
+        return build_archive_jobs(
+            self.settings,
             archive=self.archive,
             messages=self.messages,
-            summarizer=ModelSummarizer(
-                model, window_tokens=self.archive.limits.summary_window_tokens
-            ),
+            model=model,
             enqueue=enqueue,
-            now=lambda: datetime.now(UTC),
-            lease=timedelta(seconds=settings.job_lease_seconds),
-            keep=keep,
-            retry=RetryPolicy(
-                settings.archive_retry_base_seconds,
-                settings.archive_retry_max_seconds,
-                settings.archive_notify_after,
-            ),
-            sweep_grace=timedelta(seconds=settings.sweep_interval_seconds * 3),
+            clock=SystemClock(),
         )
 
     async def baseline(self) -> dict[str, Any]:
@@ -344,11 +331,11 @@ async def run(options: Options) -> dict[str, Any]:
         seeded = Seeded((), ())
         try:
             seeded = await seed(engine, options, datetime.now(UTC))
-            sessions = session_factory(engine)
+            stores = stores_on(engine, settings, SystemClock())
             bench = Bench(
                 engine,
-                Archive(sessions, memory_limits(settings)),
-                Messages(sessions, count_tokens=message_tokens),
+                stores.archive,
+                stores.repos.messages,
                 settings,
                 seeded,
                 options.concurrency,

@@ -75,7 +75,14 @@ class Stores:
 def open_stores(settings: Settings, clock: Clock, *, holder: str | None = None) -> Stores:
     """Nothing here does I/O. `holder`: who this process is in leases (None: a name of
     its own, as a worker's, which must never be taken for a gateway's)."""
-    engine = create_engine(settings.resolved_database_url)
+    return stores_on(create_engine(settings.resolved_database_url), settings, clock, holder=holder)
+
+
+def stores_on(
+    engine: AsyncEngine, settings: Settings, clock: Clock, *, holder: str | None = None
+) -> Stores:
+    """The stores of `open_stores` on an engine made elsewhere (a benchmark's or a
+    test's, already migrated and seeded)."""
     sessions = session_factory(engine)
     repos = Repositories.open(
         sessions,

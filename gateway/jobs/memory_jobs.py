@@ -18,7 +18,7 @@ from gateway.turns.answering import TurnContext
 from gateway.wiring import profile_limits
 from memory.archive.archive import Archive
 from memory.archive.reads import NewChunk
-from memory.archive.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer
+from memory.archive.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer, TextModel
 from memory.archive.transcript import transcript_path, write_transcript
 from memory.archive.upkeep import (
     EXTRACT,
@@ -33,6 +33,7 @@ from memory.archive.upkeep import (
 from memory.profile.profiles import Profiles
 from memory.profile.upkeep import TIDY, ProfileJobs
 from memory.storage.leases import LeaseLost, Leases
+from memory.storage.messages import Messages
 from memory.storage.repositories import Repositories
 
 T = TypeVar("T")
@@ -118,25 +119,13 @@ def build_jobs(
 ) -> MemoryJobs:
     offline = settings.llm_provider is LLMProviderName.OFFLINE
     model = None if offline else ProviderTextModel(provider, settings.summary_model)
-    summarizer: Summarizer = (
-        ExtractiveSummarizer()
-        if model is None
-        else ModelSummarizer(model, window_tokens=archive.limits.summary_window_tokens)
-    )
-    archive_jobs = ArchiveJobs(
+    archive_jobs = build_archive_jobs(
+        settings,
         archive=archive,
         messages=repos.messages,
-        summarizer=summarizer,
+        model=model,
         enqueue=enqueue,
-        now=clock.now,
-        lease=timedelta(seconds=settings.job_lease_seconds),
-        keep=keep,
-        retry=RetryPolicy(
-            settings.archive_retry_base_seconds,
-            settings.archive_retry_max_seconds,
-            settings.archive_notify_after,
-        ),
-        sweep_grace=timedelta(seconds=settings.sweep_interval_seconds * 3),
+        clock=clock,
     )
     profile_jobs = ProfileJobs(
         profiles=profiles,
@@ -150,6 +139,38 @@ def build_jobs(
     )
     return MemoryJobs(
         archive_jobs, profile_jobs, repos.leases, timedelta(seconds=settings.job_lease_seconds)
+    )
+
+
+def build_archive_jobs(
+    settings: Settings,
+    *,
+    archive: Archive,
+    messages: Messages,
+    model: TextModel | None,
+    enqueue: Enqueue,
+    clock: Clock,
+) -> ArchiveJobs:
+    """The summarising half of `build_jobs`; `model` None: summaries are extracts."""
+    summarizer: Summarizer = (
+        ExtractiveSummarizer()
+        if model is None
+        else ModelSummarizer(model, window_tokens=archive.limits.summary_window_tokens)
+    )
+    return ArchiveJobs(
+        archive=archive,
+        messages=messages,
+        summarizer=summarizer,
+        enqueue=enqueue,
+        now=clock.now,
+        lease=timedelta(seconds=settings.job_lease_seconds),
+        keep=keep,
+        retry=RetryPolicy(
+            settings.archive_retry_base_seconds,
+            settings.archive_retry_max_seconds,
+            settings.archive_notify_after,
+        ),
+        sweep_grace=timedelta(seconds=settings.sweep_interval_seconds * 3),
     )
 
 
