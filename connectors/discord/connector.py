@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Protocol
 
 import aiohttp
 import discord
@@ -30,7 +31,16 @@ from fastapi import APIRouter
 from connectors.discord.client import ParleyClient
 from connectors.discord.normalize import CHANNEL, normalize
 from gateway.backoff import full_jitter
-from gateway.channels.port import Capabilities, Gateway, Pace, Place, Singleton
+from gateway.channels.port import (
+    Capabilities,
+    Clocked,
+    Pace,
+    Place,
+    Receiving,
+    Singleton,
+    Singletons,
+    Watermarks,
+)
 from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError, Undeliverable
 from gateway.settings import Settings
@@ -54,6 +64,12 @@ PORTAL_SWITCH = (
 )
 
 
+class DiscordCore(Receiving, Watermarks, Singletons, Clocked, Protocol):
+    """The roles of the core this connector uses: messages in, each chat's watermark
+    and the catch-up after it, one gateway connection at a time, and the clock that
+    bounds how far back a catch-up reads."""
+
+
 def create(settings: Settings) -> DiscordConnector:
     return DiscordConnector(settings)
 
@@ -62,7 +78,7 @@ class DiscordConnector:
     channel = CHANNEL
     capabilities = Capabilities(max_length=MAX_CHARS, typing_interval=TYPING_SECONDS)
     router: APIRouter | None = None
-    core: Gateway  # given by start()
+    core: DiscordCore  # given by start()
 
     def __init__(self, settings: Settings) -> None:
         assert settings.discord_token is not None  # the registry enables us only with one
@@ -83,7 +99,7 @@ class DiscordConnector:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    async def start(self, core: Gateway) -> None:
+    async def start(self, core: DiscordCore) -> None:
         self.core = core
         client = ParleyClient(
             api_url=self._api_url,

@@ -13,7 +13,7 @@ import contextlib
 import hmac
 import os
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import structlog
 from fastapi import APIRouter, Header, HTTPException, Request, Response, status
@@ -31,7 +31,7 @@ from connectors.telegram.normalize import (
     normalize,
 )
 from connectors.telegram.polling import Poller
-from gateway.channels.port import Capabilities, Gateway, Pace, Singleton
+from gateway.channels.port import Capabilities, GroupMoves, Pace, Receiving, Singleton, Singletons
 from gateway.channels.split import utf16_length
 from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError
@@ -55,6 +55,11 @@ BOT_INTERVAL = 1 / 30
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 
 
+class TelegramCore(Receiving, GroupMoves, Singletons, Protocol):
+    """The roles of the core this connector uses: updates in, a group that became a
+    supergroup, and one poller at a time."""
+
+
 def create(settings: Settings) -> "TelegramConnector":
     assert settings.telegram_token is not None
     # Opt in to PTB 23's time periods (`RetryAfter.retry_after` as a timedelta) now;
@@ -73,7 +78,7 @@ class TelegramConnector:
     channel = CHANNEL
     # `sendChatAction` shows "typing…" for at most 5 seconds.
     capabilities = Capabilities(max_length=MAX_CHARS, measure=utf16_length, typing_interval=4.0)
-    core: Gateway  # given by start()
+    core: TelegramCore  # given by start()
 
     def __init__(self, settings: Settings, bot: Bot) -> None:
         self.settings = settings
@@ -86,7 +91,7 @@ class TelegramConnector:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    async def start(self, core: Gateway) -> None:
+    async def start(self, core: TelegramCore) -> None:
         self.core = core
         try:
             await self.bot.initialize()

@@ -16,8 +16,8 @@ from connectors.webchat.identity import IdentityTokens
 from connectors.webchat.schema import ExchangeOut, HistoryOut, IdentifyIn, NewVisitorOut, SendIn
 from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
-from connectors.webchat.visitors import CHANNEL, Visitor, Visitors
-from gateway.channels.port import Capabilities, Gateway, Pace
+from connectors.webchat.visitors import CHANNEL, Visitor, Visitors, WebchatCore
+from gateway.channels.port import Capabilities, Pace
 from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import AuthError, ConversationEnded
 from gateway.http.assets import GET_AND_HEAD, Asset
@@ -67,7 +67,7 @@ class WebchatConnector:
         self.router = _router(self.visitors)
         self.router.include_router(_page_router(settings.webchat_allowed_origins))
 
-    async def start(self, core: Gateway) -> None:
+    async def start(self, core: WebchatCore) -> None:
         settings = self.visitors.settings
         clock = core.clock
 
@@ -146,7 +146,7 @@ def _router(visitors: Visitors) -> APIRouter:
     async def send_message(body: SendIn, visitor_id: VisitorId, response: Response) -> ExchangeOut:
         received = await visitors.submit(visitor_id, body.text, body.client_id)
         try:
-            reply = await visitors.gateway.reply_to(received, visitors.settings.reply_wait_seconds)
+            reply = await visitors.core.reply_to(received, visitors.settings.reply_wait_seconds)
         except ConversationEnded as ended:
             return ExchangeOut(
                 message=MessageOut.of(received.message), reply=None, notice=ended.notice
@@ -169,9 +169,9 @@ def _router(visitors: Visitors) -> APIRouter:
         the newest ones before it; oldest first either way."""
         conversation = visitor.identity.conversation_id
         if before_seq is None:
-            messages = await visitors.gateway.history(conversation, after_seq or 0, limit)
+            messages = await visitors.core.history(conversation, after_seq or 0, limit)
         elif after_seq is None:
-            messages = await visitors.gateway.earlier(conversation, before_seq, limit)
+            messages = await visitors.core.earlier(conversation, before_seq, limit)
         else:
             problem = {"loc": ("query", "before_seq"), "type": "value_error"}
             raise RequestValidationError(

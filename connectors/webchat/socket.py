@@ -47,7 +47,7 @@ class _Outbox:
 
     def __init__(self, websocket: WebSocket, visitors: Visitors, visitor: Visitor) -> None:
         self._ws = websocket
-        self._gateway = visitors.gateway
+        self._core = visitors.core
         self._conversation = visitor.identity.conversation_id
         self._identity = visitor.identity
         self._lock = asyncio.Lock()
@@ -80,15 +80,15 @@ class _Outbox:
     async def _window(self, after_seq: int, recent: int) -> list[StoredMessage]:
         """The newest `recent` messages and, before them, every one not yet read (up to
         UNREAD_WINDOW in all); nothing up to `after_seq`. Oldest first, without gaps."""
-        newest = await self._gateway.earlier(self._conversation, MAX_INT64, recent)
+        newest = await self._core.earlier(self._conversation, MAX_INT64, recent)
         if not newest:
             return []
         # What the client holds, or the person has read (on any device).
-        had_up_to = max(after_seq, await self._gateway.seen(self._identity))
+        had_up_to = max(after_seq, await self._core.seen(self._identity))
         older: list[StoredMessage] = []
         if had_up_to < newest[0].seq - 1:
             # The run just before the newest, unread: a suffix, so no gap before them.
-            before = await self._gateway.earlier(
+            before = await self._core.earlier(
                 self._conversation, newest[0].seq, UNREAD_WINDOW - recent
             )
             older = [m for m in before if m.seq > had_up_to]
@@ -122,7 +122,7 @@ class _Outbox:
     async def _stored(self, seq: int) -> None:
         """Another replica stored message `seq`: read it (and any gap) from the database."""
         if self._sent_seq is None:
-            for message in await self._gateway.history(self._conversation, seq - 1, 1):
+            for message in await self._core.history(self._conversation, seq - 1, 1):
                 await self._send_message(message)
         elif seq > self._sent_seq:
             await self._catch_up()
@@ -130,7 +130,7 @@ class _Outbox:
     async def _catch_up(self) -> None:
         assert self._sent_seq is not None
         while True:
-            batch = await self._gateway.history(self._conversation, self._sent_seq, CATCH_UP_PAGE)
+            batch = await self._core.history(self._conversation, self._sent_seq, CATCH_UP_PAGE)
             for message in batch:
                 await self._send_message(message)
             if len(batch) < CATCH_UP_PAGE:
@@ -188,8 +188,8 @@ async def _auth_frame(websocket: WebSocket) -> str:
 async def _converse(websocket: WebSocket, visitors: Visitors, visitor: Visitor) -> None:
     outbox = _Outbox(websocket, visitors, visitor)
     max_bytes = visitors.settings.max_body_bytes
-    seen = await visitors.gateway.seen(visitor.identity)
-    with visitors.gateway.events(visitor.identity.conversation_id) as events:
+    seen = await visitors.core.seen(visitor.identity)
+    with visitors.core.events(visitor.identity.conversation_id) as events:
         forward = asyncio.create_task(_forward(events, outbox))
         try:
             # Where this person stopped reading, on any device: the client's unread count.
@@ -248,7 +248,7 @@ async def _handle(raw: str, visitors: Visitors, visitor: Visitor, outbox: _Outbo
         await outbox.resume(frame.after_seq, frame.recent)
         return
     if isinstance(frame, SeenFrame):
-        await visitors.gateway.mark_seen(visitor.identity, frame.seq)
+        await visitors.core.mark_seen(visitor.identity, frame.seq)
         return
     client_id = frame.client_id
     try:

@@ -4,10 +4,19 @@ may send how often."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from connectors.webchat.identity import IdentityTokens
 from connectors.webchat.tokens import VisitorTokens
-from gateway.channels.port import Gateway, IdentityRef, Received
+from gateway.channels.port import (
+    Clocked,
+    History,
+    Identities,
+    IdentityRef,
+    LiveEvents,
+    Received,
+    Receiving,
+)
 from gateway.envelopes import Inbound
 from gateway.errors import AuthError, InputError, RateLimited
 from gateway.http.ratelimit import RateLimit, Slots
@@ -21,6 +30,12 @@ VISITOR_NAME = "Web visitor"
 SITE_PREFIX = "site:"
 
 
+class WebchatCore(Receiving, Identities, History, LiveEvents, Clocked, Protocol):
+    """The roles of the core the web chat uses: it signs its visitors in itself, its
+    clients read the stored conversation and its live events (no message is sent to
+    them), and tokens expire by the core's clock."""
+
+
 @dataclass(frozen=True, slots=True)
 class Visitor:
     id: str
@@ -30,7 +45,7 @@ class Visitor:
 
 
 class Visitors:
-    gateway: Gateway  # given by open()
+    core: WebchatCore  # given by open()
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -42,10 +57,10 @@ class Visitors:
         self.sockets = Slots(settings.webchat_sockets_per_visitor, "open sockets", retry_after=10)
 
     def open(
-        self, gateway: Gateway, tokens: VisitorTokens, identities: IdentityTokens | None
+        self, core: WebchatCore, tokens: VisitorTokens, identities: IdentityTokens | None
     ) -> None:
         """`identities`: reads sites' identity tokens (None: none are taken)."""
-        self.gateway = gateway
+        self.core = core
         self._tokens = tokens
         self._identities = identities
 
@@ -68,11 +83,11 @@ class Visitors:
             )
         user = self._identities.read(identity_token)
         visitor_id = f"{SITE_PREFIX}{user.sub}"
-        identity = await self.gateway.identity(CHANNEL, visitor_id, user.name or VISITOR_NAME)
+        identity = await self.core.identity(CHANNEL, visitor_id, user.name or VISITOR_NAME)
         # The site's latest word on its user's name holds (on every device, for what they
         # write from now on); a token without a name leaves it as it is.
         if user.name is not None and user.name != identity.display_name:
-            identity = await self.gateway.relabel(identity, user.name)
+            identity = await self.core.relabel(identity, user.name)
         visitor = Visitor(visitor_id, identity, user.expires_at)
         return visitor, self.tokens.issue_identified(visitor_id, user.expires_at)
 
@@ -82,14 +97,14 @@ class Visitors:
 
     async def by_id(self, visitor_id: str, expires_at: int | None = None) -> Visitor:
         """The visitor of an id a verified token carried (that expires at `expires_at`)."""
-        identity = await self.gateway.identity(CHANNEL, visitor_id, VISITOR_NAME)
+        identity = await self.core.identity(CHANNEL, visitor_id, VISITOR_NAME)
         return Visitor(visitor_id, identity, expires_at)
 
     def seconds_left(self, visitor: Visitor) -> float | None:
         """How long the visitor's token still works (0 or less: no more); None: for good."""
         if visitor.expires_at is None:
             return None
-        return visitor.expires_at - self.gateway.clock.now().timestamp()
+        return visitor.expires_at - self.core.clock.now().timestamp()
 
     async def submit(self, visitor_id: str, text: str, client_id: str | None) -> Received:
         # Client ids are only unique per visitor; the platform id must be per channel.
@@ -102,7 +117,7 @@ class Visitors:
             again = (
                 None
                 if platform_id is None
-                else await self.gateway.already_stored(CHANNEL, platform_id)
+                else await self.core.already_stored(CHANNEL, platform_id)
             )
             if again is None:
                 raise
@@ -121,4 +136,4 @@ class Visitors:
             platform_message_id=platform_id,
             display_name=visitor.identity.display_name or VISITOR_NAME,
         )
-        return await self.gateway.receive(inbound)
+        return await self.core.receive(inbound)

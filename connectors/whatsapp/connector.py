@@ -12,7 +12,7 @@ accepts approved templates only, so the reply is marked undeliverable with that 
 import hmac
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import structlog
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
@@ -21,7 +21,7 @@ from fastapi.responses import PlainTextResponse
 from connectors.whatsapp import signature
 from connectors.whatsapp.graph import WINDOW_REASON, GraphClient
 from connectors.whatsapp.normalize import CHANNEL, Notification, parse
-from gateway.channels.port import Capabilities, Gateway, Pace
+from gateway.channels.port import Capabilities, Clocked, Pace, Receipts, Receiving
 from gateway.channels.split import utf16_length
 from gateway.envelopes import ChatRef, Inbound, Outbound
 from gateway.errors import AccessRefused, InputError, Undeliverable
@@ -37,6 +37,11 @@ WINDOW = timedelta(hours=24)
 NUMBER_INTERVAL = 1 / 80
 
 
+class WhatsAppCore(Receiving, Receipts, Clocked, Protocol):
+    """The roles of the core this connector uses: messages in, delivery statuses, and
+    the clock that says whether a reply is still inside WhatsApp's 24-hour window."""
+
+
 def create(settings: Settings) -> "WhatsAppConnector":
     return WhatsAppConnector(settings)
 
@@ -46,7 +51,7 @@ class WhatsAppConnector:
     # The typing indicator shows for up to 25 seconds.
     capabilities = Capabilities(max_length=MAX_CHARS, measure=utf16_length, typing_interval=20.0)
 
-    core: Gateway  # given by start()
+    core: WhatsAppCore  # given by start()
 
     def __init__(self, settings: Settings) -> None:
         assert settings.whatsapp_token is not None
@@ -62,7 +67,7 @@ class WhatsAppConnector:
         )
         self.router = _router(self)
 
-    async def start(self, core: Gateway) -> None:
+    async def start(self, core: WhatsAppCore) -> None:
         self.core = core
         await self.graph.open()
 

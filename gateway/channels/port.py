@@ -1,8 +1,9 @@
 """The port between the core and a channel connector, both ways.
 
-A connector sees `Gateway` (what the core does for it) and nothing else of the core;
-the core sees `Connector` and reads what a channel can do from its `Capabilities`,
-never by probing the object. The storage views a connector reads through the port
+The core plays a few small roles for connectors (`Receiving`, `Watermarks`,
+`History`, …); a connector declares the ones it uses by the type its `start` takes,
+and sees nothing else of the core. The core sees `Connector` and reads what a channel
+can do from its `Capabilities`, never by probing the object. The storage views a connector reads through the port
 (`IdentityRef`, `StoredMessage`, `Delivery`) are named here so a connector never
 imports storage itself.
 """
@@ -32,15 +33,24 @@ Step = Callable[[], Awaitable[None]]
 
 __all__ = [
     "Capabilities",
+    "Clocked",
     "Connector",
+    "CoreRoles",
     "Delivery",
-    "Gateway",
+    "GroupMoves",
+    "History",
+    "Identities",
     "IdentityRef",
+    "LiveEvents",
     "Pace",
     "Place",
+    "Receipts",
     "Received",
+    "Receiving",
     "Singleton",
+    "Singletons",
     "StoredMessage",
+    "Watermarks",
 ]
 
 
@@ -81,11 +91,8 @@ class Received:
     created: bool
 
 
-class Gateway(Protocol):
-    """What the core does for a connector."""
-
-    @property
-    def clock(self) -> Clock: ...
+class Receiving(Protocol):
+    """Taking a platform's messages in: every connector plays this role."""
 
     async def receive(self, inbound: Inbound) -> Received:
         """Store a verified, normalised message and start its turn; acknowledge the
@@ -94,11 +101,30 @@ class Gateway(Protocol):
         answer where the channel takes notices. `InputError` if it cannot be stored."""
         ...
 
-    async def backfill(self, inbounds: Sequence[Inbound]) -> None:
-        """Store messages that came while no connection heard them (a platform's history
-        after a reconnect), as `receive` would; each conversation then gets one turn
-        for all of its messages. Refused and unstorable ones are skipped."""
+
+class Clocked(Protocol):
+    """The core's clock, so a connector's idea of now is the turns' (and a test's)."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+
+class Singletons(Protocol):
+    """Work that must run on one replica at a time (one poller, one connection a bot)."""
+
+    def singleton(
+        self, name: str, start: Step, stop: Step, *, state: Callable[[], str] | None = None
+    ) -> Singleton:
+        """Run `start` on exactly one replica at a time (`stop` when it stops leading):
+        long polling, a gateway connection. Begins when made; `close()` it on stop.
+        `state`: what the work says of itself ("connected"), kept where every replica
+        reads it (the dashboard's health page) each time the lease is renewed."""
         ...
+
+
+class Watermarks(Protocol):
+    """How far each chat of a platform was read, kept in the database, and storing what
+    was said there while no connection heard it: catching up after a reconnect."""
 
     async def read_up_to(self, channel: str, place: str, position: int, *, private: bool) -> None:
         """Every message of `place` (a chat on the platform) up to `position` is stored,
@@ -109,6 +135,36 @@ class Gateway(Protocol):
         """The chats of a channel read from within `within`, with how far each was read."""
         ...
 
+    async def backfill(self, inbounds: Sequence[Inbound]) -> None:
+        """Store messages that came while no connection heard them (a platform's history
+        after a reconnect), as `receive` would; each conversation then gets one turn
+        for all of its messages. Refused and unstorable ones are skipped."""
+        ...
+
+
+class Receipts(Protocol):
+    """A platform's delivery reports on what the core sent."""
+
+    async def receipt(
+        self, channel: str, platform_id: str, status: Delivery, error: str | None
+    ) -> bool:
+        """A platform's delivery report on a message we sent; False if it is not ours."""
+        ...
+
+
+class GroupMoves(Protocol):
+    """A platform giving a group a new id."""
+
+    async def group_moved(self, channel: str, old_group_id: str, new_group_id: str) -> None:
+        """A group now has another id on its platform: its conversation (and the
+        replies still to send there) follows."""
+        ...
+
+
+class Identities(Protocol):
+    """A person on a channel, for a connector that signs people in itself: who they
+    are, what they go by, and how far they have read."""
+
     async def identity(self, channel: str, external_id: str, display_name: str = "") -> IdentityRef:
         """The identity of `external_id` on `channel`, with its person and conversation;
         made on first contact, labelled `display_name` (which says nothing otherwise)."""
@@ -118,6 +174,19 @@ class Gateway(Protocol):
         """The identity goes by `display_name` from now on (the platform said so); so do
         its person and their conversation, where they went by its old label."""
         ...
+
+    async def seen(self, identity: IdentityRef) -> int:
+        """How far this identity has read its conversation (a seq; 0: nothing)."""
+        ...
+
+    async def mark_seen(self, identity: IdentityRef, seq: int) -> None:
+        """This identity has read its conversation up to `seq` (kept if further)."""
+        ...
+
+
+class History(Protocol):
+    """Reading a conversation's stored messages, for a connector whose clients read
+    them (rather than being sent each one)."""
 
     async def history(
         self, conversation_id: uuid.UUID, after_seq: int, limit: int
@@ -135,12 +204,13 @@ class Gateway(Protocol):
         """The message of this platform id, if one was stored (a redelivery), else None."""
         ...
 
-    async def seen(self, identity: IdentityRef) -> int:
-        """How far this identity has read its conversation (a seq; 0: nothing)."""
-        ...
 
-    async def mark_seen(self, identity: IdentityRef, seq: int) -> None:
-        """This identity has read its conversation up to `seq` (kept if further)."""
+class LiveEvents(Protocol):
+    """What a conversation does next, as it happens: its events, and the reply to one
+    message."""
+
+    def events(self, conversation_id: uuid.UUID) -> AbstractContextManager[asyncio.Queue[Event]]:
+        """New messages and reply deltas of a conversation, while the context is open."""
         ...
 
     async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:
@@ -149,29 +219,22 @@ class Gateway(Protocol):
         message: `/erase CODE`)."""
         ...
 
-    def events(self, conversation_id: uuid.UUID) -> AbstractContextManager[asyncio.Queue[Event]]:
-        """New messages and reply deltas of a conversation, while the context is open."""
-        ...
 
-    async def receipt(
-        self, channel: str, platform_id: str, status: Delivery, error: str | None
-    ) -> bool:
-        """A platform's delivery report on a message we sent; False if it is not ours."""
-        ...
-
-    async def group_moved(self, channel: str, old_group_id: str, new_group_id: str) -> None:
-        """A group now has another id on its platform: its conversation (and the
-        replies still to send there) follows."""
-        ...
-
-    def singleton(
-        self, name: str, start: Step, stop: Step, *, state: Callable[[], str] | None = None
-    ) -> Singleton:
-        """Run `start` on exactly one replica at a time (`stop` when it stops leading):
-        long polling, a gateway connection. Begins when made; `close()` it on stop.
-        `state`: what the work says of itself ("connected"), kept where every replica
-        reads it (the dashboard's health page) each time the lease is renewed."""
-        ...
+class CoreRoles(
+    Receiving,
+    Clocked,
+    Singletons,
+    Watermarks,
+    Receipts,
+    GroupMoves,
+    Identities,
+    History,
+    LiveEvents,
+    Protocol,
+):
+    """Every role the core plays, as one: what `Connector.start` is handed. A connector
+    types its own `start` with only the roles it uses (an intersection of the roles
+    above, in its own module), so the type checker proves it uses nothing else."""
 
 
 class Singleton(Protocol):
@@ -187,7 +250,7 @@ class Connector(Protocol):
         """HTTP routes the connector serves (webhooks, widget), if any."""
         ...
 
-    async def start(self, core: Gateway) -> None:
+    async def start(self, core: CoreRoles) -> None:
         """Start taking messages (webhooks are routed, polling begins) and hand them to
         `core`; built before, a connector only learns of the core here."""
         ...

@@ -41,7 +41,7 @@ REPLY_POLL_SECONDS = 5.0
 
 
 class Core:
-    """Implements the port's `Gateway` for every connector."""
+    """Plays every role of the port (`CoreRoles`) for every connector."""
 
     def __init__(
         self,
