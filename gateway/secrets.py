@@ -10,6 +10,8 @@ import os
 import secrets
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from gateway.errors import ConfigError
 from gateway.settings import Settings
 from memory.storage.files import FILE_MODE, private_dir, tighten
@@ -27,9 +29,15 @@ def require_shared_key(settings: Settings) -> None:
 
 
 def signing_key(settings: Settings) -> bytes:
-    if settings.secret_key is not None:
-        return settings.secret_key.get_secret_value().encode()
-    path = private_dir(settings.data_dir) / KEY_FILE
+    return key_from(settings.secret_key, settings.data_dir)
+
+
+def key_from(secret_key: SecretStr | None, data_dir: Path) -> bytes:
+    """The key `signing_key` reads, from the two settings it comes from (what the web
+    chat is handed, without the rest of the settings)."""
+    if secret_key is not None:
+        return secret_key.get_secret_value().encode()
+    path = private_dir(data_dir) / KEY_FILE
     if path.exists():
         tighten(path)  # say, restored from a backup with looser modes
         return path.read_bytes().strip()

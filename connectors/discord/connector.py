@@ -31,6 +31,7 @@ from fastapi import APIRouter
 from connectors.discord.client import ParleyClient
 from connectors.discord.normalize import CHANNEL, normalize
 from gateway.backoff import full_jitter
+from gateway.channels.connector_settings import DiscordSettings
 from gateway.channels.port import (
     Capabilities,
     Clocked,
@@ -43,7 +44,6 @@ from gateway.channels.port import (
 )
 from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError, Undeliverable
-from gateway.settings import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -70,7 +70,7 @@ class DiscordCore(Receiving, Watermarks, Singletons, Clocked, Protocol):
     bounds how far back a catch-up reads."""
 
 
-def create(settings: Settings) -> DiscordConnector:
+def create(settings: DiscordSettings) -> DiscordConnector:
     return DiscordConnector(settings)
 
 
@@ -80,18 +80,17 @@ class DiscordConnector:
     router: APIRouter | None = None
     core: DiscordCore  # given by start()
 
-    def __init__(self, settings: Settings) -> None:
-        assert settings.discord_token is not None  # the registry enables us only with one
-        self._token = settings.discord_token.get_secret_value()
-        self._api_url = settings.discord_api_url
-        self._gateway_url = settings.discord_gateway_url
+    def __init__(self, settings: DiscordSettings) -> None:
+        self._token = settings.token.get_secret_value()
+        self._api_url = settings.api_url
+        self._gateway_url = settings.gateway_url
         self._client: ParleyClient | None = None
         self._me = 0
         self._connection: asyncio.Task[None] | None = None
         self._leader: Singleton | None = None
         self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
-        self._backfill_within = timedelta(hours=settings.discord_backfill_hours)
-        self._backfill_messages = settings.discord_backfill_messages
+        self._backfill_within = timedelta(hours=settings.backfill_hours)
+        self._backfill_messages = settings.backfill_messages
         self._catching_up = asyncio.Lock()
         # Set when a catch-up has finished (readiness, and tests that need the session's
         # first one behind them).

@@ -31,11 +31,12 @@ from connectors.telegram.normalize import (
     normalize,
 )
 from connectors.telegram.polling import Poller
+from gateway.channels.connector_settings import TelegramSettings
 from gateway.channels.port import Capabilities, GroupMoves, Pace, Receiving, Singleton, Singletons
 from gateway.channels.split import utf16_length
 from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError
-from gateway.settings import Settings, TelegramMode
+from gateway.settings import TelegramMode
 from gateway.text import load_platform_json
 
 log = structlog.get_logger(__name__)
@@ -60,14 +61,13 @@ class TelegramCore(Receiving, GroupMoves, Singletons, Protocol):
     supergroup, and one poller at a time."""
 
 
-def create(settings: Settings) -> "TelegramConnector":
-    assert settings.telegram_token is not None
+def create(settings: TelegramSettings) -> "TelegramConnector":
     # Opt in to PTB 23's time periods (`RetryAfter.retry_after` as a timedelta) now;
     # otherwise PTB 22 warns from inside its own error class on every 429.
     os.environ.setdefault("PTB_TIMEDELTA", "true")
-    api = settings.telegram_api_url.rstrip("/")
+    api = settings.api_url.rstrip("/")
     bot = Bot(
-        settings.telegram_token.get_secret_value(),
+        settings.token.get_secret_value(),
         base_url=f"{api}/bot",
         base_file_url=f"{api}/file/bot",
     )
@@ -80,14 +80,14 @@ class TelegramConnector:
     capabilities = Capabilities(max_length=MAX_CHARS, measure=utf16_length, typing_interval=4.0)
     core: TelegramCore  # given by start()
 
-    def __init__(self, settings: Settings, bot: Bot) -> None:
+    def __init__(self, settings: TelegramSettings, bot: Bot) -> None:
         self.settings = settings
         self.bot = bot
         self._me: BotUser | None = None
         # Groups that became supergroups: replies follow them to their new id.
         self._migrated: dict[int, int] = {}
         self._poller: Singleton | None = None
-        self.router = _router(self) if settings.telegram_mode is TelegramMode.WEBHOOK else None
+        self.router = _router(self) if settings.mode is TelegramMode.WEBHOOK else None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -104,7 +104,7 @@ class TelegramConnector:
             log.warning("Telegram is unreachable; will try again when needed", error=str(exc))
         else:
             self._me = BotUser(self.bot.id, self.bot.username)
-        if self.settings.telegram_mode is TelegramMode.POLLING:
+        if self.settings.mode is TelegramMode.POLLING:
             # One replica polls (Telegram allows one getUpdates at a time per bot).
             poller = Poller(self.bot, self.handle, ALLOWED_UPDATES)
             self._poller = core.singleton(
@@ -119,7 +119,7 @@ class TelegramConnector:
         await self.bot.shutdown()
 
     async def _set_webhook(self, url: str) -> None:
-        secret = self.settings.telegram_webhook_secret
+        secret = self.settings.webhook_secret
         assert secret is not None  # settings require it in webhook mode
         try:
             await self.bot.set_webhook(
@@ -133,7 +133,7 @@ class TelegramConnector:
     # -- intake -----------------------------------------------------------------------
 
     def verify_secret(self, given: str | None) -> None:
-        secret = self.settings.telegram_webhook_secret
+        secret = self.settings.webhook_secret
         if given is None:
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, f"missing {SECRET_HEADER}")
         expected = b"" if secret is None else secret.get_secret_value().encode()

@@ -17,13 +17,12 @@ from connectors.webchat.schema import ExchangeOut, HistoryOut, IdentifyIn, NewVi
 from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors, WebchatCore
+from gateway.channels.connector_settings import WebchatSettings
 from gateway.channels.port import Capabilities, Pace
 from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import AuthError, ConversationEnded
 from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.wire import MessageOut
-from gateway.secrets import signing_key
-from gateway.settings import Settings
 from gateway.text import MAX_INT64
 
 PAGE = Path(__file__).with_name("page.html")
@@ -52,7 +51,7 @@ def frame_csp(origins: Sequence[str]) -> str:
     return _PAGE_POLICY + "frame-ancestors " + " ".join(["'self'", *origins])
 
 
-def create(settings: Settings) -> "WebchatConnector":
+def create(settings: WebchatSettings) -> "WebchatConnector":
     return WebchatConnector(settings)
 
 
@@ -62,10 +61,10 @@ class WebchatConnector:
     # storing a reply delivers it; a refusal is the answer to the client's own request.
     capabilities = Capabilities(notices=False)
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: WebchatSettings) -> None:
         self.visitors = Visitors(settings)
         self.router = _router(self.visitors)
-        self.router.include_router(_page_router(settings.webchat_allowed_origins))
+        self.router.include_router(_page_router(settings.allowed_origins))
 
     async def start(self, core: WebchatCore) -> None:
         settings = self.visitors.settings
@@ -74,11 +73,11 @@ class WebchatConnector:
         def now() -> float:
             return clock.now().timestamp()
 
-        secret = settings.webchat_identity_secret
+        secret = settings.identity_secret
         identities = (
             None if secret is None else IdentityTokens(secret.get_secret_value().encode(), now)
         )
-        self.visitors.open(core, VisitorTokens(signing_key(settings), now=now), identities)
+        self.visitors.open(core, VisitorTokens(settings.signing_key(), now=now), identities)
 
     async def stop(self) -> None:
         return None

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from connectors.webchat.identity import IdentityTokens
 from connectors.webchat.tokens import VisitorTokens
+from gateway.channels.connector_settings import WebchatSettings
 from gateway.channels.port import (
     Clocked,
     History,
@@ -20,7 +21,6 @@ from gateway.channels.port import (
 from gateway.envelopes import Inbound
 from gateway.errors import AuthError, InputError, RateLimited
 from gateway.http.ratelimit import RateLimit, Slots
-from gateway.settings import Settings
 
 CHANNEL = "webchat"
 # An anonymous visitor's label; a site's identified user goes by the name the site gives.
@@ -47,14 +47,14 @@ class Visitor:
 class Visitors:
     core: WebchatCore  # given by open()
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: WebchatSettings) -> None:
         self.settings = settings
         self._tokens: VisitorTokens | None = None
         self._identities: IdentityTokens | None = None
-        self.new_sessions = RateLimit(settings.webchat_sessions_per_minute, "new sessions")
-        self.messages = RateLimit(settings.webchat_messages_per_minute, "messages")
+        self.new_sessions = RateLimit(settings.sessions_per_minute, "new sessions")
+        self.messages = RateLimit(settings.messages_per_minute, "messages")
         # A client told to wait for a free socket slot tries again after this long.
-        self.sockets = Slots(settings.webchat_sockets_per_visitor, "open sockets", retry_after=10)
+        self.sockets = Slots(settings.sockets_per_visitor, "open sockets", retry_after=10)
 
     def open(
         self, core: WebchatCore, tokens: VisitorTokens, identities: IdentityTokens | None

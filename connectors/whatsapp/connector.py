@@ -21,11 +21,11 @@ from fastapi.responses import PlainTextResponse
 from connectors.whatsapp import signature
 from connectors.whatsapp.graph import WINDOW_REASON, GraphClient
 from connectors.whatsapp.normalize import CHANNEL, Notification, parse
+from gateway.channels.connector_settings import WhatsAppSettings
 from gateway.channels.port import Capabilities, Clocked, Pace, Receipts, Receiving
 from gateway.channels.split import utf16_length
 from gateway.envelopes import ChatRef, Inbound, Outbound
 from gateway.errors import AccessRefused, InputError, Undeliverable
-from gateway.settings import Settings
 from gateway.text import MalformedJSON, load_platform_json
 
 log = structlog.get_logger(__name__)
@@ -42,7 +42,7 @@ class WhatsAppCore(Receiving, Receipts, Clocked, Protocol):
     the clock that says whether a reply is still inside WhatsApp's 24-hour window."""
 
 
-def create(settings: Settings) -> "WhatsAppConnector":
+def create(settings: WhatsAppSettings) -> "WhatsAppConnector":
     return WhatsAppConnector(settings)
 
 
@@ -53,17 +53,14 @@ class WhatsAppConnector:
 
     core: WhatsAppCore  # given by start()
 
-    def __init__(self, settings: Settings) -> None:
-        assert settings.whatsapp_token is not None
-        assert settings.whatsapp_app_secret is not None
-        assert settings.whatsapp_phone_number_id is not None
+    def __init__(self, settings: WhatsAppSettings) -> None:
         self.settings = settings
-        self._app_secret = settings.whatsapp_app_secret.get_secret_value().encode()
-        self._phone_number_id = settings.whatsapp_phone_number_id
+        self._app_secret = settings.app_secret.get_secret_value().encode()
+        self._phone_number_id = settings.phone_number_id
         self.graph = GraphClient(
-            api_url=settings.whatsapp_api_url,
-            phone_number_id=settings.whatsapp_phone_number_id,
-            token=settings.whatsapp_token.get_secret_value(),
+            api_url=settings.api_url,
+            phone_number_id=settings.phone_number_id,
+            token=settings.token.get_secret_value(),
         )
         self.router = _router(self)
 
@@ -77,8 +74,8 @@ class WhatsAppConnector:
     # -- intake -----------------------------------------------------------------------
 
     def verify_subscription(self, mode: str, token: str) -> bool:
-        expected = self.settings.whatsapp_verify_token
-        if mode != "subscribe" or expected is None:
+        expected = self.settings.verify_token
+        if mode != "subscribe":
             return False
         return hmac.compare_digest(token.encode(), expected.get_secret_value().encode())
 
