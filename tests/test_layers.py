@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,14 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         # Events are told what happened; they never reach back into a turn.
         ("gateway/events/hub.py", "import gateway.turns.runner", "the edge over the core"),
         ("gateway/channels/split.py", "import gateway.channels.delivery", "no import cycles"),
+        # A connector reaches the gateway through its SDK alone, even for what the SDK
+        # itself re-exports.
+        ("connectors/telegram/connector.py", "import gateway.settings", "only gateway.sdk"),
+        ("connectors/webchat/socket.py", "import gateway.events.hub", "only gateway.sdk"),
+        ("connectors/discord/client.py", "import gateway.channels.port", "only gateway.sdk"),
+        ("connectors/whatsapp/graph.py", "import gateway.wiring", "only gateway.sdk"),
+        # The SDK is the connectors' view: nothing in the gateway leans on it.
+        ("gateway/channels/port.py", "import gateway.sdk", "the edge over the core"),
     ],
 )
 def test_an_import_the_wrong_way_breaks_a_contract(
@@ -82,6 +91,22 @@ def test_an_import_the_wrong_way_breaks_a_contract(
     assert result.returncode != 0
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken, result.stdout
+
+
+def test_connectors_are_forbidden_every_gateway_module_but_the_sdk() -> None:
+    """The forbidden contract lists modules one by one (import-linter has no "all but"),
+    so a gateway module added without a line there would be open to connectors."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = (c for c in contracts["contracts"] if "only gateway.sdk" in c["name"])
+    gateway = ROOT / "gateway"
+    children = {
+        f"gateway.{child.stem}"
+        for child in gateway.iterdir()
+        if (child.suffix == ".py" and child.name != "__init__.py")
+        or (child / "__init__.py").exists()
+    }
+
+    assert sorted(children - set(contract["forbidden_modules"])) == ["gateway.sdk"]
 
 
 def test_the_readmes_layout_names_every_folder_and_module() -> None:

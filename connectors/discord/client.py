@@ -16,7 +16,7 @@ import discord
 from discord.gateway import DiscordWebSocket
 from discord.http import HTTPClient, Route
 
-from gateway.tasks import finish_or_cancel
+from gateway.sdk import finish_or_cancel
 
 EVENTS_DEADLINE_SECONDS = 5.0
 MessageHandler = Callable[[discord.Message], Awaitable[None]]

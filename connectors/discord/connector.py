@@ -30,20 +30,25 @@ from fastapi import APIRouter
 
 from connectors.discord.client import ParleyClient
 from connectors.discord.normalize import CHANNEL, normalize
-from gateway.backoff import full_jitter
-from gateway.channels.connector_settings import DiscordSettings
-from gateway.channels.port import (
+from gateway.sdk import (
+    AccessRefused,
     Capabilities,
+    ChatRef,
     Clocked,
+    ConfigError,
+    DeliveryError,
+    DiscordSettings,
+    InputError,
+    Outbound,
     Pace,
     Place,
     Receiving,
     Singleton,
     Singletons,
+    Undeliverable,
     Watermarks,
+    full_jitter,
 )
-from gateway.envelopes import ChatRef, Outbound
-from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError, Undeliverable
 
 log = structlog.get_logger(__name__)
 

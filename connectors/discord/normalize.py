@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import discord
 
-from gateway.envelopes import Inbound
+from gateway.sdk import Inbound
 
 CHANNEL = "discord"
 

@@ -31,13 +31,24 @@ from connectors.telegram.normalize import (
     normalize,
 )
 from connectors.telegram.polling import Poller
-from gateway.channels.connector_settings import TelegramSettings
-from gateway.channels.port import Capabilities, GroupMoves, Pace, Receiving, Singleton, Singletons
-from gateway.channels.split import utf16_length
-from gateway.envelopes import ChatRef, Outbound
-from gateway.errors import AccessRefused, ConfigError, DeliveryError, InputError
-from gateway.settings import TelegramMode
-from gateway.text import load_platform_json
+from gateway.sdk import (
+    AccessRefused,
+    Capabilities,
+    ChatRef,
+    ConfigError,
+    DeliveryError,
+    GroupMoves,
+    InputError,
+    Outbound,
+    Pace,
+    Receiving,
+    Singleton,
+    Singletons,
+    TelegramMode,
+    TelegramSettings,
+    load_platform_json,
+    utf16_length,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -7,8 +7,7 @@ import warnings
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
 
-from gateway.backoff import server_wait
-from gateway.errors import DeliveryError, Undeliverable
+from gateway.sdk import DeliveryError, Undeliverable, server_wait
 
 
 def retry_after_seconds(exc: RetryAfter) -> float:

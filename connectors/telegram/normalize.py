@@ -24,7 +24,7 @@ from telegram import (
 )
 from telegram.constants import ChatType, MessageEntityType
 
-from gateway.envelopes import Inbound
+from gateway.sdk import Inbound
 
 CHANNEL = "telegram"
 EDIT_SOURCE = "telegram edit of an earlier message"

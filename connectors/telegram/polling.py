@@ -17,7 +17,7 @@ from telegram import Bot, Update
 from telegram.error import Conflict, RetryAfter, TelegramError
 
 from connectors.telegram.errors import retry_after_seconds
-from gateway.errors import InputError
+from gateway.sdk import InputError
 
 log = structlog.get_logger(__name__)
 

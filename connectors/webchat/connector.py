@@ -17,13 +17,19 @@ from connectors.webchat.schema import ExchangeOut, HistoryOut, IdentifyIn, NewVi
 from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors, WebchatCore
-from gateway.channels.connector_settings import WebchatSettings
-from gateway.channels.port import Capabilities, Pace
-from gateway.envelopes import ChatRef, Outbound
-from gateway.errors import AuthError, ConversationEnded
-from gateway.http.assets import GET_AND_HEAD, Asset
-from gateway.http.wire import MessageOut
-from gateway.text import MAX_INT64
+from gateway.sdk import (
+    GET_AND_HEAD,
+    MAX_INT64,
+    Asset,
+    AuthError,
+    Capabilities,
+    ChatRef,
+    ConversationEnded,
+    MessageOut,
+    Outbound,
+    Pace,
+    WebchatSettings,
+)
 
 PAGE = Path(__file__).with_name("page.html")
 DEMO = PAGE.with_name("demo.html")

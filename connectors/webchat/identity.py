@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import jwt
 
-from gateway.errors import AuthError
-from gateway.text import NAME_CHARS, clean
+from gateway.sdk import NAME_CHARS, AuthError, clean
 
 MAX_LIFETIME_SECONDS = 24 * 3600
 # Clocks of the site and the gateway may disagree by this much.

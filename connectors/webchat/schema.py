@@ -7,8 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
 
-from gateway.http.wire import MessageOut
-from gateway.text import MAX_INT64, StorableText
+from gateway.sdk import MAX_INT64, MessageOut, StorableText
 
 ClientId = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[\w.:-]+$")]
 

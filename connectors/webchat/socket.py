@@ -23,12 +23,24 @@ from starlette.types import Message
 from connectors.webchat.schema import AuthFrame, ClientFrame, ResumeFrame, SeenFrame
 from connectors.webchat.tokens import EXPIRED
 from connectors.webchat.visitors import Visitor, Visitors
-from gateway.channels.port import StoredMessage
-from gateway.errors import AccessRefused, AuthError, InputError, RateLimited, SignInExpired
-from gateway.events.hub import DeltaEvent, Ended, Event, MessageEvent, Overflow, Stored, Typing
-from gateway.http.errors import validation_errors
-from gateway.http.wire import MessageOut
-from gateway.text import MAX_INT64
+from gateway.sdk import (
+    MAX_INT64,
+    AccessRefused,
+    AuthError,
+    DeltaEvent,
+    Ended,
+    Event,
+    InputError,
+    MessageEvent,
+    MessageOut,
+    Overflow,
+    RateLimited,
+    SignInExpired,
+    Stored,
+    StoredMessage,
+    Typing,
+    validation_errors,
+)
 
 CATCH_UP_PAGE = 200
 # A resume asking for only the recent messages still gets every unread one, this far back:

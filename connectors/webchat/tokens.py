@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.errors import AuthError, SignInExpired
+from gateway.sdk import AuthError, SignInExpired
 
 _PREFIX = "wc1"
 _IDENTIFIED = "wc2"

@@ -8,19 +8,22 @@ from typing import Protocol
 
 from connectors.webchat.identity import IdentityTokens
 from connectors.webchat.tokens import VisitorTokens
-from gateway.channels.connector_settings import WebchatSettings
-from gateway.channels.port import (
+from gateway.sdk import (
+    AuthError,
     Clocked,
     History,
     Identities,
     IdentityRef,
+    Inbound,
+    InputError,
     LiveEvents,
+    RateLimit,
+    RateLimited,
     Received,
     Receiving,
+    Slots,
+    WebchatSettings,
 )
-from gateway.envelopes import Inbound
-from gateway.errors import AuthError, InputError, RateLimited
-from gateway.http.ratelimit import RateLimit, Slots
 
 CHANNEL = "webchat"
 # An anonymous visitor's label; a site's identified user goes by the name the site gives.

@@ -21,12 +21,23 @@ from fastapi.responses import PlainTextResponse
 from connectors.whatsapp import signature
 from connectors.whatsapp.graph import WINDOW_REASON, GraphClient
 from connectors.whatsapp.normalize import CHANNEL, Notification, parse
-from gateway.channels.connector_settings import WhatsAppSettings
-from gateway.channels.port import Capabilities, Clocked, Pace, Receipts, Receiving
-from gateway.channels.split import utf16_length
-from gateway.envelopes import ChatRef, Inbound, Outbound
-from gateway.errors import AccessRefused, InputError, Undeliverable
-from gateway.text import MalformedJSON, load_platform_json
+from gateway.sdk import (
+    AccessRefused,
+    Capabilities,
+    ChatRef,
+    Clocked,
+    Inbound,
+    InputError,
+    MalformedJSON,
+    Outbound,
+    Pace,
+    Receipts,
+    Receiving,
+    Undeliverable,
+    WhatsAppSettings,
+    load_platform_json,
+    utf16_length,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import httpx
 
-from gateway.backoff import parse_retry_after
-from gateway.errors import DeliveryError, Undeliverable
+from gateway.sdk import DeliveryError, Undeliverable, parse_retry_after
 
 # Graph error codes: throughput (per number, per recipient) and generic rate limits.
 _RATE_LIMITED = {4, 80007, 130429, 131056, 613}

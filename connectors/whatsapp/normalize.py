@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.channels.port import Delivery
-from gateway.envelopes import Inbound
+from gateway.sdk import Delivery, Inbound
 
 CHANNEL = "whatsapp"
 OBJECT = "whatsapp_business_account"

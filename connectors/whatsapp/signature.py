@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from gateway.errors import AuthError
+from gateway.sdk import AuthError
 
 HEADER = "X-Hub-Signature-256"
 _PREFIX = "sha256="

@@ -1,0 +1,137 @@
+"""Everything a connector may use of the gateway, and the only module it imports.
+
+A connector's whole view of the gateway is `__all__` below: the roles the core plays
+for it (it declares the ones it uses by the type its `start` takes), what it
+implements (`Connector`, `Capabilities`, `Pace`), the neutral messages, the errors it
+raises or catches, its own settings, and the few helpers every platform needs
+(backoff, JSON that platforms send, UTF-16 lengths, the web chat's wire and HTTP
+pieces). An import-linter contract forbids connectors every other gateway module, so
+changing what is listed here is the one way to widen what a connector can reach.
+
+Named `sdk` for what it is to a connector's author: the kit a channel is written
+against. It sits above every module it re-exports, and nothing in the gateway imports
+it.
+
+`CoreRoles` (all roles at once) is left out on purpose: a connector names the roles
+it uses, never the whole core.
+"""
+
+from __future__ import annotations
+
+from gateway.backoff import full_jitter, parse_retry_after, server_wait
+from gateway.channels.connector_settings import (
+    DiscordSettings,
+    TelegramSettings,
+    WebchatSettings,
+    WhatsAppSettings,
+)
+from gateway.channels.port import (
+    Capabilities,
+    Clocked,
+    Connector,
+    Delivery,
+    GroupMoves,
+    History,
+    Identities,
+    IdentityRef,
+    LiveEvents,
+    Pace,
+    Place,
+    Receipts,
+    Received,
+    Receiving,
+    Singleton,
+    Singletons,
+    StoredMessage,
+    Watermarks,
+)
+from gateway.channels.split import utf16_length
+from gateway.envelopes import ChatRef, Inbound, Outbound
+from gateway.errors import (
+    AccessRefused,
+    AuthError,
+    ConfigError,
+    ConversationEnded,
+    DeliveryError,
+    InputError,
+    RateLimited,
+    SignInExpired,
+    Undeliverable,
+)
+from gateway.events.hub import DeltaEvent, Ended, Event, MessageEvent, Overflow, Stored, Typing
+from gateway.http.assets import GET_AND_HEAD, Asset
+from gateway.http.errors import validation_errors
+from gateway.http.ratelimit import RateLimit, Slots
+from gateway.http.wire import MessageOut
+from gateway.settings import TelegramMode
+from gateway.tasks import finish_or_cancel
+from gateway.text import (
+    MAX_INT64,
+    NAME_CHARS,
+    MalformedJSON,
+    StorableText,
+    clean,
+    load_platform_json,
+)
+
+__all__ = [
+    "GET_AND_HEAD",
+    "MAX_INT64",
+    "NAME_CHARS",
+    "AccessRefused",
+    "Asset",
+    "AuthError",
+    "Capabilities",
+    "ChatRef",
+    "Clocked",
+    "ConfigError",
+    "Connector",
+    "ConversationEnded",
+    "Delivery",
+    "DeliveryError",
+    "DeltaEvent",
+    "DiscordSettings",
+    "Ended",
+    "Event",
+    "GroupMoves",
+    "History",
+    "Identities",
+    "IdentityRef",
+    "Inbound",
+    "InputError",
+    "LiveEvents",
+    "MalformedJSON",
+    "MessageEvent",
+    "MessageOut",
+    "Outbound",
+    "Overflow",
+    "Pace",
+    "Place",
+    "RateLimit",
+    "RateLimited",
+    "Receipts",
+    "Received",
+    "Receiving",
+    "SignInExpired",
+    "Singleton",
+    "Singletons",
+    "Slots",
+    "StorableText",
+    "Stored",
+    "StoredMessage",
+    "TelegramMode",
+    "TelegramSettings",
+    "Typing",
+    "Undeliverable",
+    "Watermarks",
+    "WebchatSettings",
+    "WhatsAppSettings",
+    "clean",
+    "finish_or_cancel",
+    "full_jitter",
+    "load_platform_json",
+    "parse_retry_after",
+    "server_wait",
+    "utf16_length",
+    "validation_errors",
+]
