@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request, Response, WebSocket, WebSocketDis
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.events.hub import DeliveryChanged, DeltaEvent, Event, Typing
+from gateway.events.hub import DeliveryChanged, DeltaEvent, Event, Overflow, Typing
 from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.cors import own_origin
 from gateway.http.deps import OperatorsDep, ServicesDep
@@ -114,7 +114,9 @@ async def live(
     """A doorbell: `{"type": "changed"}` whenever the conversation stores a message here
     or on another replica, `{"type": "delivery", "seq": N}` when message N's delivery
     moved on; the page reads what is new from the REST API by seq, so a missed ring (a
-    reconnect) costs nothing."""
+    reconnect) costs nothing. `{"type": "ready"}` again when rings may have been missed
+    (this socket fell behind, or the replica has only now begun to hear the conversation
+    from the others): the page reads again what is new and how pending deliveries went."""
     await websocket.accept()
     reason = await _refusal(websocket, operators)
     if reason is not None:
@@ -149,5 +151,8 @@ async def _ring(websocket: WebSocket, events: "asyncio.Queue[Event]") -> None:
         event = await events.get()
         if isinstance(event, DeliveryChanged):
             await websocket.send_json({"type": "delivery", "seq": event.seq})
+        elif isinstance(event, Overflow):
+            # A "changed" would read new messages only, not a delivery ring that was lost.
+            await websocket.send_json({"type": "ready"})
         elif not isinstance(event, DeltaEvent | Typing):
             await websocket.send_json({"type": "changed"})
