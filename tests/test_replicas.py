@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -123,11 +124,13 @@ async def test_a_post_on_one_replica_gets_the_reply_written_on_the_other(
         if link == "redis":
             assert b.services.fanout is not None
             await asyncio.wait_for(b.services.fanout.listening.wait(), 10)
-        token, _ = await a.visitor()
+        token, conversation = await a.visitor()
         first = asyncio.create_task(a.send(token, "keeps a busy"))
         await llm.wait_for_requests(1)
         on_b = asyncio.create_task(b.send(token, "asked on b"))
         await eventually(lambda: b.history(token), until=lambda h: len(h) == 2)
+        if link == "redis":
+            await _heard_on(b, conversation)  # the waiting request listens
         gate.set()  # a's turn ends, and a answers b's caller's message too
         await first
         await eventually(lambda: a.history(token), until=lambda h: len(h) == 4)
@@ -146,11 +149,12 @@ async def test_an_erasure_on_one_replica_ends_the_socket_open_on_the_other(
     async with replicas(database_url, tmp_path, llm, redis_url=await fresh_redis()) as (a, b):
         assert b.services.fanout is not None
         await asyncio.wait_for(b.services.fanout.listening.wait(), 10)
-        token, _ = await a.visitor()
+        token, conversation = await a.visitor()
         asked = (await a.send(token, "/erase")).json()["reply"]["text"]
         code = asked.split("/erase ")[1].split()[0]
         async with b.socket(token) as ws:
             await ws.send('{"type": "resume", "after_seq": 0}')
+            await _heard_on(b, conversation)
             erased = await a.send(token, f"/erase {code}")
             ended = await next_frame(ws, "ended")
 
@@ -185,6 +189,8 @@ async def test_a_delivery_retried_on_one_replica_rings_the_dashboard_open_on_the
             asyncio.timeout(15),
             connect(url, origin=Origin(b.gw.url), additional_headers=headers) as ws,
         ):
+            assert json.loads(await ws.recv()) == {"type": "ready"}
+            # Again once b hears the conversation from a: what came meanwhile is read.
             assert json.loads(await ws.recv()) == {"type": "ready"}
             retried = await a.gw.http.post(f"/api/v1/deliveries/{reply['id']}/retry", headers=ADMIN)
             rings = [json.loads(await ws.recv()) for _ in range(2)]  # pending again, then sent
@@ -261,9 +267,10 @@ async def test_a_socket_on_one_replica_streams_a_turn_run_on_the_other(
         for gateway in (a, b):
             assert gateway.services.fanout is not None
             await asyncio.wait_for(gateway.services.fanout.listening.wait(), 10)
-        token, _ = await a.visitor()
+        token, conversation = await a.visitor()
         async with b.socket(token) as websocket:
             await websocket.send(json.dumps({"type": "resume", "after_seq": 0}))
+            await _heard_on(b, conversation)  # else the first deltas may go unheard
             sent = asyncio.create_task(a.send(token, "hello via a"))
             async with asyncio.timeout(30):
                 first = await next_frame(websocket, "message")
@@ -310,3 +317,16 @@ async def test_a_socket_catches_up_on_what_a_redis_outage_dropped(
 
 async def _is_set(event: asyncio.Event) -> bool:
     return event.is_set()
+
+
+async def _heard_on(gateway: Gateway, conversation: str) -> None:
+    """Until Redis has `gateway`'s subscription to the conversation (a subscriber there
+    catches up from the database then, but deltas and rings are not stored)."""
+    fanout = gateway.services.fanout
+    assert fanout is not None
+    conversation_id = uuid.UUID(conversation)
+
+    async def hears() -> bool:
+        return fanout.hears(conversation_id)
+
+    await eventually(hears, until=bool)

@@ -1,11 +1,19 @@
 """Hub events between replicas, over Redis pub/sub.
 
-Every replica publishes its events on one channel and listens to it, skipping its
-own. Redis pub/sub ignores the database number, so the channel names it: instances
-sharing one Redis server on different databases do not hear each other. A stored message travels as its seq only (the database is the truth: the socket
-reads it from there); a streamed delta travels whole. While the link to Redis is
-down nothing waits for it: events are dropped, and when it is back every local
-subscriber catches up from the database.
+Each conversation has a channel of its own, and a replica subscribes to the channels
+of the conversations it has subscribers for (sockets, reply waiters, the dashboard's
+live page), so it decodes no token of the others' conversations; it still skips its
+own events. Redis pub/sub ignores the database number, so the channels name it:
+instances sharing one Redis server on different databases do not hear each other. A
+stored message travels as its seq only (the database is the truth: the socket reads it
+from there); a streamed delta travels whole.
+
+Subscribing takes a round trip: what another replica publishes between a local
+subscriber's arrival and Redis confirming the SUBSCRIBE is lost, so when Redis confirms
+a conversation's channel its local subscribers catch up from the database (`Overflow`).
+The same covers a lost link: on the new one every conversation is subscribed again, and
+each catches up once Redis has it. While the link is down nothing waits for it: events
+are dropped.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 
 import structlog
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.asyncio.connection import parse_url
 from redis.exceptions import RedisError
 
@@ -42,24 +51,42 @@ RECONNECT_MAX_SECONDS = 10.0
 REDIS_DOWN = (RedisError, OSError, asyncio.TimeoutError)
 
 
-def channel_for(redis_url: str) -> str:
-    """The events channel of the Redis database `redis_url` names."""
+def channel_prefix(redis_url: str) -> str:
+    """The events channels of the Redis database `redis_url` names start so."""
     db = parse_url(redis_url).get("db", 0)
     return f"parley:{db}:events"
 
 
 class RedisFanout:
+    """The hub's events to and from the other replicas; the hub's `Interest` too."""
+
     def __init__(self, hub: Hub, redis_url: str) -> None:
         self._hub = hub
         self._url = redis_url
-        self._channel = channel_for(redis_url)
+        self._prefix = channel_prefix(redis_url)
         self._origin = uuid.uuid4().hex
-        self._outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=OUTBOX_LIMIT)
+        # Subscribed for as long as the link lasts, so that listening never runs dry when
+        # no conversation is wanted; nobody publishes on it.
+        self._own_channel = f"{self._prefix}:replica:{self._origin}"
+        self._outbox: asyncio.Queue[tuple[str, str]] = asyncio.Queue(maxsize=OUTBOX_LIMIT)
+        self._wanted: set[uuid.UUID] = set()
+        self._wanted_changed = asyncio.Event()
+        self._heard: set[uuid.UUID] = set()  # subscribed, as Redis confirmed on this link
+        self._failures = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self.listening = asyncio.Event()  # set while subscribed (for tests and readiness)
+        self.listening = asyncio.Event()  # set while linked (for tests and readiness)
+        self.decoded = 0  # events of the other replicas read here (for tests and benches)
+
+    def channel(self, conversation_id: uuid.UUID) -> str:
+        return f"{self._prefix}:{conversation_id}"
+
+    def hears(self, conversation_id: uuid.UUID) -> bool:
+        """Whether Redis has confirmed this replica's subscription to the conversation."""
+        return conversation_id in self._heard
 
     async def start(self) -> None:
         self._hub.forward_to(self._forward)
+        self._hub.watch(self)
         self._tasks = [
             asyncio.create_task(self._publish_forever(), name="fanout-publish"),
             asyncio.create_task(self._listen_forever(), name="fanout-listen"),
@@ -72,13 +99,22 @@ class RedisFanout:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def wanted(self, conversation_id: uuid.UUID) -> None:
+        # The hub calls from its synchronous `subscribe`: the listener does the talking.
+        self._wanted.add(conversation_id)
+        self._wanted_changed.set()
+
+    def unwanted(self, conversation_id: uuid.UUID) -> None:
+        self._wanted.discard(conversation_id)
+        self._wanted_changed.set()
+
     def _forward(self, conversation_id: uuid.UUID, event: Event) -> None:
         payload = _encode(conversation_id, event, self._origin)
         if payload is None:
             return
         # Full: Redis has been gone for long; the other replicas' sockets catch up.
         with contextlib.suppress(asyncio.QueueFull):
-            self._outbox.put_nowait(payload)
+            self._outbox.put_nowait((self.channel(conversation_id), payload))
 
     async def _publish_forever(self) -> None:
         # Best effort, in order: an event that cannot go now is dropped (the database
@@ -86,9 +122,9 @@ class RedisFanout:
         down = False
         async with _client(self._url) as redis:
             while True:
-                payload = await self._outbox.get()
+                channel, payload = await self._outbox.get()
                 try:
-                    await redis.publish(self._channel, payload)
+                    await redis.publish(channel, payload)
                     down = False
                 except REDIS_DOWN as exc:
                     if not down:
@@ -96,25 +132,76 @@ class RedisFanout:
                     down = True
 
     async def _listen_forever(self) -> None:
-        failures = 0
         while True:
             try:
                 async with _client(self._url) as redis, redis.pubsub() as pubsub:
-                    await pubsub.subscribe(self._channel)
-                    self.listening.set()
-                    if failures:
-                        self._hub.overflow_all()  # what was missed is in the database
-                    failures = 0
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            self._receive(message["data"])
+                    await self._listen(pubsub)
             except REDIS_DOWN as exc:
-                self.listening.clear()
-                failures += 1
+                self._failures += 1
                 log.warning("lost the event link to the other replicas", error=str(exc))
-                await asyncio.sleep(full_jitter(failures, 0.1, RECONNECT_MAX_SECONDS))
+                await asyncio.sleep(full_jitter(self._failures, 0.1, RECONNECT_MAX_SECONDS))
+
+    async def _listen(self, pubsub: PubSub) -> None:
+        """Read the link while another task steers its subscriptions (Redis takes
+        SUBSCRIBE and UNSUBSCRIBE on a connection that is listening)."""
+        await pubsub.subscribe(self._own_channel)
+        self._wanted_changed.set()  # a new link: subscribe to every wanted conversation
+        tasks = (
+            asyncio.create_task(self._read(pubsub), name="fanout-read"),
+            asyncio.create_task(self._steer(pubsub), name="fanout-steer"),
+        )
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # the link's error, if that is why it ended
+        finally:
+            self.listening.clear()
+            self._heard.clear()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, *REDIS_DOWN):
+                    await task
+
+    async def _steer(self, pubsub: PubSub) -> None:
+        """Keep the link's subscriptions to the wanted conversations' channels, asking
+        Redis for the difference only (a conversation left and wanted again meanwhile
+        costs nothing, and its subscription never lapsed)."""
+        asked: set[uuid.UUID] = set()
+        while True:
+            await self._wanted_changed.wait()
+            self._wanted_changed.clear()
+            wanted = set(self._wanted)
+            if joined := wanted - asked:
+                await pubsub.subscribe(*(self.channel(c) for c in joined))
+            if left := asked - wanted:
+                await pubsub.unsubscribe(*(self.channel(c) for c in left))
+            asked = wanted
+
+    async def _read(self, pubsub: PubSub) -> None:
+        async for message in pubsub.listen():
+            kind = message.get("type")
+            if kind == "message":
+                self._receive(message["data"])
+            elif kind in ("subscribe", "unsubscribe"):
+                self._confirmed(kind, message["channel"].decode())
+
+    def _confirmed(self, kind: str, channel: str) -> None:
+        if channel == self._own_channel:
+            if kind == "subscribe":
+                self._failures = 0
+                self.listening.set()
+            return
+        conversation_id = uuid.UUID(channel.removeprefix(f"{self._prefix}:"))
+        if kind == "unsubscribe":
+            self._heard.discard(conversation_id)
+            return
+        self._heard.add(conversation_id)
+        # From here on Redis brings every event of it; what came before is in the database.
+        self._hub.overflow(conversation_id)
 
     def _receive(self, data: bytes) -> None:
+        self.decoded += 1
         try:
             item: dict[str, Any] = json.loads(data)
             if item["origin"] == self._origin:

@@ -13,6 +13,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from memory.storage.messages import StoredMessage
 
@@ -77,19 +78,40 @@ Event = MessageEvent | DeltaEvent | Typing | Stored | DeliveryChanged | Ended | 
 Forward = Callable[[uuid.UUID, Event], None]
 
 
+class Interest(Protocol):
+    """Told which conversations have subscribers here: the fan-out then hears from the
+    other replicas about those only. Called synchronously, from inside `subscribe`."""
+
+    def wanted(self, conversation_id: uuid.UUID) -> None:
+        """The conversation got its first subscriber here."""
+
+    def unwanted(self, conversation_id: uuid.UUID) -> None:
+        """Its last subscriber here left."""
+
+
 class Hub:
     def __init__(self) -> None:
         self._subscribers: defaultdict[uuid.UUID, set[asyncio.Queue[Event]]] = defaultdict(set)
         self._forward: Forward | None = None
+        self._interest: Interest | None = None
 
     def forward_to(self, forward: Forward) -> None:
         """Also hand every event published here to `forward` (the fan-out to replicas)."""
         self._forward = forward
 
+    def watch(self, interest: Interest) -> None:
+        """Tell `interest` of the conversations with subscribers, now and from now on."""
+        self._interest = interest
+        for conversation_id in self._subscribers:
+            interest.wanted(conversation_id)
+
     @contextlib.contextmanager
     def subscribe(self, conversation_id: uuid.UUID) -> Iterator[asyncio.Queue[Event]]:
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        first = conversation_id not in self._subscribers
         self._subscribers[conversation_id].add(queue)
+        if first and self._interest is not None:
+            self._interest.wanted(conversation_id)
         try:
             yield queue
         finally:
@@ -97,6 +119,8 @@ class Hub:
             subscribers.discard(queue)
             if not subscribers:
                 del self._subscribers[conversation_id]
+                if self._interest is not None:
+                    self._interest.unwanted(conversation_id)
 
     def publish(self, conversation_id: uuid.UUID, event: Event) -> None:
         if self._forward is not None:
@@ -114,10 +138,13 @@ class Hub:
     def message(self, message: StoredMessage) -> None:
         self.publish(message.conversation_id, MessageEvent(message))
 
-    def overflow_all(self) -> None:
-        """Every subscriber catches up from the database (events may have been lost)."""
-        for subscribers in self._subscribers.values():
-            for queue in subscribers:
+    def overflow(self, conversation_id: uuid.UUID) -> None:
+        """The conversation's subscribers catch up from the database (events of it may
+        have been lost). After what they hold already: that stays theirs, in order."""
+        for queue in self._subscribers.get(conversation_id, ()):
+            try:
+                queue.put_nowait(Overflow())
+            except asyncio.QueueFull:
                 _replace_with_overflow(queue)
 
 
