@@ -203,27 +203,31 @@ class RedisFanout:
     def _receive(self, data: bytes) -> None:
         self.decoded += 1
         try:
-            item: dict[str, Any] = json.loads(data)
-            if item["origin"] == self._origin:
-                return
-            conversation_id = uuid.UUID(item["conversation"])
-            event: Event
-            if "delta" in item:
-                event = DeltaEvent(conversation_id, str(item["delta"]))
-            elif item.get("typing") is True:
-                event = Typing(conversation_id)
-            elif "ended" in item:
-                event = Ended(conversation_id, str(item["ended"]))
-            elif "delivery" in item:
-                event = DeliveryChanged(conversation_id, int(item["delivery"]))
-            else:
-                event = Stored(
-                    conversation_id, int(item["seq"]), _optional_int(item.get("answers"))
-                )
+            origin, conversation_id, event = decode(data)
         except (ValueError, KeyError, TypeError):
             log.warning("ignored an event that is not Parley's")
             return
-        self._hub.deliver(conversation_id, event)
+        if origin != self._origin:
+            self._hub.deliver(conversation_id, event)
+
+
+def decode(data: bytes) -> tuple[str, uuid.UUID, Event]:
+    """The replica an event came from, its conversation and the event; raises ValueError,
+    KeyError or TypeError for what no replica sent."""
+    item: dict[str, Any] = json.loads(data)
+    conversation_id = uuid.UUID(item["conversation"])
+    event: Event
+    if "delta" in item:
+        event = DeltaEvent(conversation_id, str(item["delta"]))
+    elif item.get("typing") is True:
+        event = Typing(conversation_id)
+    elif "ended" in item:
+        event = Ended(conversation_id, str(item["ended"]))
+    elif "delivery" in item:
+        event = DeliveryChanged(conversation_id, int(item["delivery"]))
+    else:
+        event = Stored(conversation_id, int(item["seq"]), _optional_int(item.get("answers")))
+    return str(item["origin"]), conversation_id, event
 
 
 def _encode(conversation_id: uuid.UUID, event: Event, origin: str) -> str | None:
