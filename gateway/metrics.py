@@ -69,6 +69,11 @@ class Metrics:
             ["channel", "outcome"],
             registry=registry,
         )
+        self.turns_waiting = Gauge(
+            "parley_turns_waiting",
+            "Conversations owed a turn that wait for one of this replica's turn slots.",
+            registry=registry,
+        )
         self.turn_leases = Gauge(
             "parley_turn_leases_held",
             "Conversations this replica holds the turn lease of.",

@@ -151,6 +151,7 @@ class Services:
             commands=commands,
             memory=ArchiveMemory(archive, profiles, queue.enqueue, clock, archive_dir(settings)),
             presence=outbox.working,
+            concurrency=settings.turn_concurrency,
             metrics=metrics,
             recall=RecallTools(Recall(archive, repos.search, profiles), repos.lookups, clock),
         )

@@ -106,6 +106,7 @@ class TurnRunner:
         presence: Presence | None = None,
         metrics: Metrics | None = None,
         recall: Recalling | None = None,
+        concurrency: int = 16,
     ) -> None:
         self._metrics = metrics or Metrics()
         self._messages = messages
@@ -133,6 +134,9 @@ class TurnRunner:
         # loops end.
         self._ended: set[uuid.UUID] = set()
         self._loops: dict[uuid.UUID, asyncio.Task[None]] = {}
+        # Turn slots: conversations answered at once. A conversation keeps its slot
+        # for its whole loop, so a waiting one holds no lease and costs one task.
+        self._slots = asyncio.Semaphore(concurrency)
         self._again: set[uuid.UUID] = set()
         self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage]]]] = {}
         self._closing = False
@@ -203,20 +207,13 @@ class TurnRunner:
                 self._guards[conversation_id] = (lock, users - 1)
 
     async def _loop(self, conversation_id: uuid.UUID) -> None:
+        waiting = True
+        self._metrics.turns_waiting.inc()
         try:
-            while True:
-                async with self._leases.hold(conversation_id) as mine:
-                    if not mine:
-                        return  # another replica answers; it looks again after releasing
-                    await self._rounds(conversation_id)
-                # Released. A message stored on another replica while we held the lease
-                # found it taken: answering it is ours, unless that replica is faster.
-                # One stored here meanwhile has set `_again` (this loop was still
-                # registered), whatever the read below saw.
-                if self._closing or conversation_id in self._ended:
-                    return
-                if not await self._owed(conversation_id):
-                    return
+            async with self._slots:
+                waiting = False
+                self._metrics.turns_waiting.dec()
+                await self._answer_all(conversation_id)
         except LeaseLost:
             log.warning(
                 "a turn lost its lease; another replica answers",
@@ -225,8 +222,25 @@ class TurnRunner:
         except Exception:
             log.exception("turn loop failed", conversation_id=str(conversation_id))
         finally:
+            if waiting:  # cancelled before its turn: stopping; a restart answers it
+                self._metrics.turns_waiting.dec()
             self._loops.pop(conversation_id, None)
             self._ended.discard(conversation_id)
+
+    async def _answer_all(self, conversation_id: uuid.UUID) -> None:
+        while not self._closing:
+            async with self._leases.hold(conversation_id) as mine:
+                if not mine:
+                    return  # another replica answers; it looks again after releasing
+                await self._rounds(conversation_id)
+            # Released. A message stored on another replica while we held the lease
+            # found it taken: answering it is ours, unless that replica is faster. One
+            # stored here meanwhile has set `_again` (this loop was still registered),
+            # whatever the read below saw.
+            if self._closing or conversation_id in self._ended:
+                return
+            if not await self._owed(conversation_id):
+                return
 
     async def _rounds(self, conversation_id: uuid.UUID) -> None:
         # A loop starts because a message arrived: the first round goes straight to the
