@@ -6,6 +6,12 @@ ParleyError
 │   ├── SignInExpired      a token that was good has run out; its issuer gives a new one
 │   └── AccessRefused      the channel's access policy does not let this person in
 ├── InputError             a client sent something we will not store
+├── NotFound               what a request names is not there; `what` says what it is
+│   ├── ConversationNotFound
+│   └── PersonNotFound
+├── Conflict               it cannot be done as things stand
+│   └── Busy               someone else holds it now; trying again shortly may work
+├── Gone                   it was there, and has run out (an expired pairing code)
 ├── RateLimited            a client asked too often; it may try again after a while
 ├── LLMError               the model could not produce a reply
 │   └── LLMUnavailable     after retries: unreachable, timing out or failing
@@ -52,6 +58,38 @@ class ConversationEnded(ParleyError):
 
 class InputError(ParleyError):
     """Client input that is refused with a clear reason."""
+
+
+class NotFound(ParleyError):
+    """There is no such thing as the request names: `f"no such {what}"`."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(f"no such {what}")
+
+
+class ConversationNotFound(NotFound):
+    # Operators know a conversation as a session (`/api/v1/sessions`).
+    def __init__(self) -> None:
+        super().__init__("session")
+
+
+class PersonNotFound(NotFound):
+    def __init__(self) -> None:
+        super().__init__("user")
+
+
+class Conflict(ParleyError):
+    """Refused because of how things stand; the message says what stands in the way."""
+
+
+class Busy(Conflict):
+    """Someone else holds it (a running turn, a worker): the same request may work
+    shortly."""
+
+
+class Gone(ParleyError):
+    """It existed, and has run out for good; asking again will not bring it back."""
 
 
 class RateLimited(ParleyError):

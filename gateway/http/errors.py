@@ -1,4 +1,6 @@
-"""How errors raised on purpose become HTTP answers.
+"""How errors raised on purpose become HTTP answers, in this one place: routes and
+the application services they call raise what went wrong (`gateway.errors`, or a
+service's own error), never a status.
 
 No answer echoes what the client sent: input that could not be stored (a lone
 surrogate, NaN) could not be encoded into the answer either.
@@ -7,6 +9,8 @@ surrogate, NaN) could not be encoded into the answer either.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request, status
@@ -14,11 +18,52 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from gateway.errors import AuthError, InputError, RateLimited
+from gateway.errors import (
+    AuthError,
+    Conflict,
+    Gone,
+    InputError,
+    LLMError,
+    NotFound,
+    RateLimited,
+)
 from gateway.http.problems import ApiError, body
+from gateway.operations.operator_messages import NoModel, NoRecipient
 from gateway.text import clean
+from memory.portable.format import ExportFormatError
+from memory.portable.owner import ImportConflict
+from memory.profile.facts import EditError, StaleRevision
 
 OPERATOR_API = "/api/"
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    status: int
+    code: str | None = None  # None: the status's own (`problems.CODES`)
+    message: Callable[[Any], str] = str
+
+
+def _stale(exc: StaleRevision) -> str:
+    return f"the profile is at revision {exc.current} now: read it again"
+
+
+# What each domain error is on the wire. The most specific class wins (Starlette looks
+# a handler up along the exception's MRO), so NoRecipient is not just any InputError.
+DOMAIN_PROBLEMS: dict[type[Exception], _Problem] = {
+    NotFound: _Problem(404),
+    Conflict: _Problem(409),
+    Gone: _Problem(410),
+    NoRecipient: _Problem(422, "no_recipient"),
+    NoModel: _Problem(422, "no_model"),
+    LLMError: _Problem(
+        503, "model_unavailable", lambda _: "the model did not answer; try again later"
+    ),
+    StaleRevision: _Problem(412, message=_stale),
+    EditError: _Problem(422, "invalid_edit"),
+    ExportFormatError: _Problem(422, "invalid_export"),
+    ImportConflict: _Problem(409, "import_conflict"),
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -28,6 +73,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RateLimited, _too_many)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)
+    for error in DOMAIN_PROBLEMS:
+        app.add_exception_handler(error, _domain_error)
 
 
 def retry_after_header(seconds: float) -> str:
@@ -84,6 +131,11 @@ def _summary(fields: list[dict[str, Any]]) -> str:
 async def _api_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     return JSONResponse(body(exc.status, exc.message, code=exc.code), exc.status, exc.headers)
+
+
+async def _domain_error(_: Request, exc: Exception) -> JSONResponse:
+    problem = next(DOMAIN_PROBLEMS[c] for c in type(exc).__mro__ if c in DOMAIN_PROBLEMS)
+    return await _api_error(_, ApiError(problem.status, problem.message(exc), code=problem.code))
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
