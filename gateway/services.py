@@ -34,14 +34,10 @@ from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider
 from gateway.metrics import Metrics
-from gateway.operations.erasing import Erasing
-from gateway.operations.linking import Linking
-from gateway.operations.operator_messages import OperatorMessages
-from gateway.operations.overview import Overview
+from gateway.operations import Erasing, Linking, Operations
 from gateway.replicas.sweeps import sweep_forever
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
-from gateway.text import clean
 from gateway.turns.answering import TurnLimits
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
@@ -49,8 +45,6 @@ from gateway.turns.recall_tools import RecallTools
 from gateway.turns.runner import TurnRunner
 from gateway.wiring import archive_dir, model_provider, open_stores, replica_name
 from memory.archive.archive import Archive
-from memory.portable.export import Exports
-from memory.portable.imports import Imports
 from memory.profile.profiles import Profiles
 from memory.recall import Recall
 from memory.storage.deliveries import DeliveryMoved
@@ -84,12 +78,8 @@ class Services:
     llm: LLMProvider
     connectors: list[Connector]
     metrics: Metrics
-    operator_messages: OperatorMessages
-    linking: Linking
-    erasing: Erasing
-    exports: Exports
-    imports: Imports
-    overview: Overview
+    # What REST and the dashboard ask for, one application service per job.
+    operations: Operations
     # Events to and from the other replicas (with Redis only).
     fanout: RedisFanout | None
 
@@ -106,7 +96,7 @@ class Services:
         require_shared_key(settings)
         clock = clock or SystemClock()
         stores = open_stores(settings, clock, holder=replica_name(settings))
-        engine, sessions, repos = stores.engine, stores.sessions, stores.repos
+        engine, repos = stores.engine, stores.repos
         archive, profiles = stores.archive, stores.profiles
         metrics = Metrics()
         llm = llm or model_provider(settings, metrics)
@@ -209,21 +199,19 @@ class Services:
             llm=llm,
             connectors=connectors,
             metrics=metrics,
-            operator_messages=OperatorMessages(
-                repos.messages, outbox, hub, clock, llm, settings.llm_max_reply_tokens
-            ),
-            linking=linking,
-            erasing=erasing,
-            exports=Exports(sessions),
-            imports=Imports(sessions, clean=clean, archive_dir=archive_dir(settings)),
-            overview=Overview(
-                stats=repos.stats,
-                leases=repos.leases,
-                archive=archive,
+            operations=Operations.build(
+                settings,
+                stores,
+                clock,
                 core=core,
+                outbox=outbox,
                 connectors=connectors,
-                clock=clock,
-                prompt_limit=settings.llm_context_tokens - settings.llm_max_reply_tokens,
+                hub=hub,
+                llm=llm,
+                queue=queue,
+                metrics=metrics,
+                linking=linking,
+                erasing=erasing,
             ),
             fanout=_fanout(settings, hub),
         )

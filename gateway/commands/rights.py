@@ -13,6 +13,7 @@ from datetime import timedelta
 from gateway.channels.outbox import Outbox
 from gateway.clock import Clock
 from gateway.commands.registry import Command, Invocation
+from gateway.errors import Busy, PersonNotFound
 from gateway.operations.erasing import Erasing
 from memory.storage.conversations import Conversations
 from memory.storage.rights import Rights
@@ -95,8 +96,10 @@ class RightsCommands:
             await self._erasing.erase_person(
                 owner, notice=ERASED_NOTICE, asking=invocation.conversation_id
             )
-        except TimeoutError:
+        except Busy:
             return BUSY_ANSWER
+        except PersonNotFound:
+            pass  # erased meanwhile (an operator): gone all the same, as they asked
         await self._outbox.notify(chat, ERASED_NOTICE)
         # Nowhere to store this answer: the turn sees its message gone and stops.
         return ERASED_NOTICE

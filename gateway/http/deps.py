@@ -1,4 +1,9 @@
-"""Request dependencies, as `Annotated` aliases the route modules share."""
+"""Request dependencies, as `Annotated` aliases the route modules share.
+
+A route declares the application services it uses, one alias each (`SessionsDep`,
+`PeopleDep`, ...): never the whole `Services`, never a repository. Only this module
+reads them out of the app's `Services`.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,28 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 from fastapi.requests import HTTPConnection
 
+from gateway.events.hub import Hub
 from gateway.http.operators import COOKIE, OperatorAuth
 from gateway.http.paging import Cursors
 from gateway.http.problems import ApiError
+from gateway.operations import (
+    Chunks,
+    Erasing,
+    ExportLinks,
+    Health,
+    Idempotency,
+    Operations,
+    OperatorMessages,
+    Overview,
+    PairingRequests,
+    People,
+    PersonProfiles,
+    Portability,
+    Retries,
+    Sessions,
+)
 from gateway.services import Services
+from gateway.settings import Settings
 
 
 def _services(connection: HTTPConnection) -> Services:
@@ -19,7 +42,114 @@ def _services(connection: HTTPConnection) -> Services:
     return services
 
 
-ServicesDep = Annotated[Services, Depends(_services)]
+def _operations(connection: HTTPConnection) -> Operations:
+    return _services(connection).operations
+
+
+_OperationsDep = Annotated[Operations, Depends(_operations)]
+
+
+def _settings(connection: HTTPConnection) -> Settings:
+    return _services(connection).settings
+
+
+def _hub(connection: HTTPConnection) -> Hub:
+    return _services(connection).hub
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]
+HubDep = Annotated[Hub, Depends(_hub)]
+
+
+def _sessions(operations: _OperationsDep) -> Sessions:
+    return operations.sessions
+
+
+SessionsDep = Annotated[Sessions, Depends(_sessions)]
+
+
+def _people(operations: _OperationsDep) -> People:
+    return operations.people
+
+
+PeopleDep = Annotated[People, Depends(_people)]
+
+
+def _profiles(operations: _OperationsDep) -> PersonProfiles:
+    return operations.profiles
+
+
+ProfilesDep = Annotated[PersonProfiles, Depends(_profiles)]
+
+
+def _chunks(operations: _OperationsDep) -> Chunks:
+    return operations.chunks
+
+
+ChunksDep = Annotated[Chunks, Depends(_chunks)]
+
+
+def _pairings(operations: _OperationsDep) -> PairingRequests:
+    return operations.pairings
+
+
+PairingsDep = Annotated[PairingRequests, Depends(_pairings)]
+
+
+def _retries(operations: _OperationsDep) -> Retries:
+    return operations.retries
+
+
+RetriesDep = Annotated[Retries, Depends(_retries)]
+
+
+def _messages(operations: _OperationsDep) -> OperatorMessages:
+    return operations.messages
+
+
+OperatorMessagesDep = Annotated[OperatorMessages, Depends(_messages)]
+
+
+def _erasing(operations: _OperationsDep) -> Erasing:
+    return operations.erasing
+
+
+ErasingDep = Annotated[Erasing, Depends(_erasing)]
+
+
+def _portability(operations: _OperationsDep) -> Portability:
+    return operations.portability
+
+
+PortabilityDep = Annotated[Portability, Depends(_portability)]
+
+
+def _export_links(operations: _OperationsDep) -> ExportLinks:
+    return operations.export_links
+
+
+ExportLinksDep = Annotated[ExportLinks, Depends(_export_links)]
+
+
+def _overview(operations: _OperationsDep) -> Overview:
+    return operations.overview
+
+
+OverviewDep = Annotated[Overview, Depends(_overview)]
+
+
+def _idempotency(operations: _OperationsDep) -> Idempotency:
+    return operations.idempotency
+
+
+IdempotencyDep = Annotated[Idempotency, Depends(_idempotency)]
+
+
+def _health(operations: _OperationsDep) -> Health:
+    return operations.health
+
+
+HealthDep = Annotated[Health, Depends(_health)]
 
 
 def _operators(connection: HTTPConnection) -> OperatorAuth:
@@ -32,13 +162,13 @@ OperatorsDep = Annotated[OperatorAuth, Depends(_operators)]
 
 async def _admin(
     request: Request,
-    services: ServicesDep,
+    settings: SettingsDep,
     operators: OperatorsDep,
     authorization: Annotated[str | None, Header()] = None,
 ) -> None:
     """The admin token as a bearer token (scripts), or a dashboard session cookie with
     its CSRF token on every change (browsers)."""
-    expected = services.settings.admin_token
+    expected = settings.admin_token
     if expected is None:
         raise ApiError(
             503,

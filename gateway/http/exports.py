@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, StreamingResponse
 from gateway.commands.rights import EXPORT_PATH
 from gateway.http.api.erasure import export_response
 from gateway.http.assets import GET_AND_HEAD
-from gateway.http.deps import ServicesDep
+from gateway.http.deps import ExportLinksDep, PortabilityDep
 
 router = APIRouter(tags=["people"], include_in_schema=False)
 
@@ -58,20 +58,22 @@ _GONE = (
 
 
 @router.api_route(ROUTE, methods=GET_AND_HEAD, response_class=HTMLResponse)
-async def download_page(services: ServicesDep, token: Token) -> HTMLResponse:
+async def download_page(links: ExportLinksDep, token: Token) -> HTMLResponse:
     """The page with the Download button; spends nothing."""
-    if not await services.repos.rights.export_link_is_open(token, now=services.clock.now()):
+    if not await links.is_open(token):
         return _page("Link used or expired", _GONE, status.HTTP_404_NOT_FOUND)
     return _page("Your Parley export", _DOWNLOAD, status.HTTP_200_OK)
 
 
 @router.post(ROUTE, response_model=None)
-async def download(services: ServicesDep, token: Token) -> StreamingResponse | HTMLResponse:
+async def download(
+    links: ExportLinksDep, portability: PortabilityDep, token: Token
+) -> StreamingResponse | HTMLResponse:
     """The export itself, once: the token is spent as it starts."""
-    user_id = await services.repos.rights.redeem_export_link(token, now=services.clock.now())
+    user_id = await links.redeem(token)
     if user_id is None:
         return _page("Link used or expired", _GONE, status.HTTP_404_NOT_FOUND)
-    response = await export_response(services, user_id)
+    response = await export_response(portability, user_id)
     response.headers["Cache-Control"] = "no-store"
     return response
 

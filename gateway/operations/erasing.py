@@ -8,10 +8,14 @@ from __future__ import annotations
 import uuid
 
 from gateway.clock import Clock
+from gateway.errors import Busy, ConversationNotFound, PersonNotFound
 from gateway.events.hub import Ended, Hub
 from gateway.operations.linking import Linking
 from memory.storage.directory import Directory
 from memory.storage.erasure import DeletedCounts, ErasedCounts, Erasure
+
+# Said to an operator (a person asking `/erase` hears the command's own answer).
+BUSY = "a turn of this conversation is still running"
 
 
 class Erasing:
@@ -26,30 +30,38 @@ class Erasing:
 
     async def delete_conversation(
         self, conversation_id: uuid.UUID, *, notice: str
-    ) -> DeletedCounts | None:
-        """None if there is no such conversation; `TimeoutError` if its turn would not
-        let go in time."""
-        async with self._linking.held([conversation_id]):
-            counts = await self._erasure.delete_conversation(conversation_id, now=self._clock.now())
-        if counts is not None:
-            self._hub.publish(conversation_id, Ended(conversation_id, notice))
+    ) -> DeletedCounts:
+        """`Busy` if its turn would not let go in time."""
+        try:
+            async with self._linking.held([conversation_id]):
+                counts = await self._erasure.delete_conversation(
+                    conversation_id, now=self._clock.now()
+                )
+        except TimeoutError:
+            raise Busy(BUSY) from None
+        if counts is None:
+            raise ConversationNotFound()
+        self._hub.publish(conversation_id, Ended(conversation_id, notice))
         return counts
 
     async def erase_person(
         self, user_id: uuid.UUID, *, notice: str, asking: uuid.UUID | None = None
-    ) -> ErasedCounts | None:
-        """None if there is no such person; `TimeoutError` if a turn of theirs would
-        not let go in time. `asking`: the conversation whose own turn asks (`/erase`),
-        which holds it already."""
+    ) -> ErasedCounts:
+        """`Busy` if a turn of theirs would not let go in time. `asking`: the
+        conversation whose own turn asks (`/erase`), which holds it already."""
         found = await self._directory.person(user_id)
         if found is None:
-            return None
+            raise PersonNotFound()
         # In id order, so two erasures touching the same conversations never wait on
         # each other.
         held = sorted(c for c in found.conversations if c != asking)
-        async with self._linking.held(held):
-            counts = await self._erasure.erase_user(user_id)
-        if counts is not None:
-            for conversation_id in found.conversations:
-                self._hub.publish(conversation_id, Ended(conversation_id, notice))
+        try:
+            async with self._linking.held(held):
+                counts = await self._erasure.erase_user(user_id)
+        except TimeoutError:
+            raise Busy(BUSY) from None
+        if counts is None:
+            raise PersonNotFound()
+        for conversation_id in found.conversations:
+            self._hub.publish(conversation_id, Ended(conversation_id, notice))
         return counts

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.events.hub import DeliveryChanged, DeltaEvent, Event, Overflow, Typing
 from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.cors import own_origin
-from gateway.http.deps import OperatorsDep, ServicesDep
+from gateway.http.deps import HubDep, OperatorsDep
 from gateway.http.operators import OperatorAuth
 from gateway.http.problems import ApiError, responses
 
@@ -107,7 +107,7 @@ async def static_file(name: str, request: Request) -> Response:
 @router.websocket("/admin/live")
 async def live(
     websocket: WebSocket,
-    services: ServicesDep,
+    hub: HubDep,
     operators: OperatorsDep,
     session: Annotated[uuid.UUID, Query()],
 ) -> None:
@@ -123,7 +123,7 @@ async def live(
         await websocket.send_json({"type": "error", "detail": reason[1]})
         await websocket.close(code=reason[0])
         return
-    with services.hub.subscribe(session) as events:
+    with hub.subscribe(session) as events:
         await websocket.send_json({"type": "ready"})
         ring = asyncio.create_task(_ring(websocket, events))
         try:

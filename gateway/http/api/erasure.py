@@ -6,9 +6,8 @@ no turn writes into what is being removed.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
@@ -16,12 +15,9 @@ from pydantic import BaseModel
 
 from gateway.http.api.once import OnceDep
 from gateway.http.api.sessions import Deleted
-from gateway.http.deps import ServicesDep
-from gateway.http.problems import ApiError, not_found, responses
-from gateway.services import Services
-from memory.portable.export import NoSuchUser
-from memory.portable.format import ExportFormatError
-from memory.portable.owner import ImportConflict
+from gateway.http.deps import ErasingDep, PortabilityDep
+from gateway.http.problems import ApiError, responses
+from gateway.operations.portability import Portability
 from memory.portable.tables import ImportCounts
 
 router = APIRouter(tags=["people"])
@@ -66,26 +62,20 @@ class Imported(BaseModel):
 
 
 @router.delete("/sessions/{session_id}", tags=["sessions"], responses=responses(404, 409))
-async def delete_session(services: ServicesDep, session_id: uuid.UUID) -> Deleted:
+async def delete_session(erasing: ErasingDep, session_id: uuid.UUID) -> Deleted:
     """Delete the conversation with its messages, archive (and transcript files),
     jobs and deliveries. A person's own conversation starts again empty; the person,
     their profile and their other channels stay."""
-    with _busy_is_409():
-        counts = await services.erasing.delete_conversation(session_id, notice=DELETED_NOTICE)
-    if counts is None:
-        raise not_found("session")
+    counts = await erasing.delete_conversation(session_id, notice=DELETED_NOTICE)
     return Deleted.model_validate(counts, from_attributes=True)
 
 
 @router.delete("/users/{user_id}", responses=responses(404, 409))
-async def erase_user(services: ServicesDep, user_id: uuid.UUID) -> Erased:
+async def erase_user(erasing: ErasingDep, user_id: uuid.UUID) -> Erased:
     """Erase the person: every identity, their conversation, their messages wherever
     they wrote, the archive cut from them, profile and retired facts, queued jobs and
     deliveries, and transcript files. Nothing of theirs is left to restore."""
-    with _busy_is_409():
-        counts = await services.erasing.erase_person(user_id, notice=ERASED_NOTICE)
-    if counts is None:
-        raise not_found("user")
+    counts = await erasing.erase_person(user_id, notice=ERASED_NOTICE)
     return Erased.model_validate(counts, from_attributes=True)
 
 
@@ -97,11 +87,11 @@ async def erase_user(services: ServicesDep, user_id: uuid.UUID) -> Erased:
         200: {"content": {NDJSON: {}}, "description": "one JSON object a line"},
     },
 )
-async def export_user(services: ServicesDep, user_id: uuid.UUID) -> StreamingResponse:
+async def export_user(portability: PortabilityDep, user_id: uuid.UUID) -> StreamingResponse:
     """Everything of the person as NDJSON: a header (format version, counts), then
     identities, conversation, chunks with transcripts, messages, profile lines and
     retired facts. Streamed a page at a time."""
-    return await export_response(services, user_id)
+    return await export_response(portability, user_id)
 
 
 @router.post(
@@ -116,7 +106,7 @@ async def export_user(services: ServicesDep, user_id: uuid.UUID) -> StreamingRes
         }
     },
 )
-async def import_export(services: ServicesDep, once: OnceDep, request: Request) -> Response:
+async def import_export(portability: PortabilityDep, once: OnceDep, request: Request) -> Response:
     """Merge an export back, all or nothing (idempotent: what is here already is
     skipped). It goes to a new person, or to the person here whose history the file is
     (their identity and their conversation's first message): a file naming someone
@@ -127,41 +117,16 @@ async def import_export(services: ServicesDep, once: OnceDep, request: Request) 
 
     async def load() -> Imported:
         text = (await request.body()).decode("utf-8", errors="replace")
-        try:
-            counts = await services.imports.import_lines(
-                text.splitlines(keepends=True), now=services.clock.now()
-            )
-        except ExportFormatError as exc:
-            raise ApiError(422, str(exc), code="invalid_export") from None
-        except ImportConflict as exc:
-            raise ApiError(409, str(exc), code="import_conflict") from None
-        return Imported.of(counts)
+        return Imported.of(await portability.import_lines(text.splitlines(keepends=True)))
 
     return await once.run(load, about=lambda counts: counts.user_id)
 
 
-async def export_response(services: Services, user_id: uuid.UUID) -> StreamingResponse:
-    lines = services.exports.export_user(user_id, now=services.clock.now())
-    try:
-        header = await anext(lines)
-    except NoSuchUser:
-        raise not_found("user") from None
-
-    async def body() -> AsyncIterator[str]:
-        yield header
-        async for line in lines:
-            yield line
-
+async def export_response(portability: Portability, user_id: uuid.UUID) -> StreamingResponse:
+    """The person's export as a download (REST, and the person's own link)."""
+    lines: AsyncIterator[str] = await portability.export(user_id)
     return StreamingResponse(
-        body(),
+        lines,
         media_type=NDJSON,
         headers={"Content-Disposition": f'attachment; filename="parley-{user_id}.ndjson"'},
     )
-
-
-@contextlib.contextmanager
-def _busy_is_409() -> Iterator[None]:
-    try:
-        yield
-    except TimeoutError:
-        raise ApiError(409, "a turn of this conversation is still running") from None

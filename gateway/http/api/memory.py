@@ -13,16 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.http.api.inputs import Input
 from gateway.http.api.once import OnceDep
-from gateway.http.deps import CursorsDep, ServicesDep
+from gateway.http.deps import ChunksDep, CursorsDep, ProfilesDep, SessionsDep
 from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
-from gateway.http.problems import ApiError, not_found, responses
-from gateway.services import Services
+from gateway.http.problems import ApiError, responses
+from gateway.operations.chunks import ChunkDetail
 from gateway.text import MAX_INT64, StorableText
 from memory.archive.reads import ChunkView
-from memory.archive.upkeep import SUMMARIZE
-from memory.profile.facts import Edit, EditError, Evidence, Remove, Replace, Shorten, StaleRevision
+from memory.profile.facts import Edit, Evidence, Remove, Replace, Shorten
 from memory.profile.facts import ProfileView as Profile
-from memory.profile.profiles import BY_OPERATOR
 
 router = APIRouter(tags=["memory"])
 
@@ -153,11 +151,9 @@ class RetiredOut(BaseModel):
 
 
 @router.get("/sessions/{session_id}/timeline", responses=responses(404))
-async def timeline(services: ServicesDep, session_id: uuid.UUID) -> Timeline:
+async def timeline(sessions: SessionsDep, session_id: uuid.UUID) -> Timeline:
     """The archive rows the prompt shows now, oldest first; a row's `id` opens it."""
-    if await services.repos.conversations.get_conversation(session_id) is None:
-        raise not_found("session")
-    return Timeline(rows=[RowOut.of(row) for row in await services.archive.timeline(session_id)])
+    return Timeline(rows=[RowOut.of(row) for row in await sessions.timeline(session_id)])
 
 
 class LookupOut(BaseModel):
@@ -174,18 +170,16 @@ LookupPage = Page[LookupOut]
 
 @router.get("/sessions/{session_id}/lookups", responses=responses(404, 422))
 async def lookups(
-    services: ServicesDep,
+    sessions: SessionsDep,
     cursors: CursorsDep,
     session_id: uuid.UUID,
     limit: LimitQuery = 100,
     cursor: CursorQuery = None,
 ) -> LookupPage:
     """What the assistant looked up in its archive with its recall tools, newest first."""
-    if await services.repos.conversations.get_conversation(session_id) is None:
-        raise not_found("session")
     key = scope("lookups", session=str(session_id))
     before = cursors.read(key, cursor)
-    rows = await services.repos.lookups.newest(
+    rows = await sessions.lookups(
         session_id, before_id=None if before is None else int(before[0]), limit=limit + 1
     )
     shown, next_cursor = cursors.cut(key, rows, limit, lambda row: [row.id])
@@ -196,17 +190,9 @@ async def lookups(
 
 
 @router.get("/chunks/{chunk_id}", responses=responses(404))
-async def get_chunk(services: ServicesDep, chunk_id: ChunkId) -> ChunkOut:
+async def get_chunk(chunks: ChunksDep, chunk_id: ChunkId) -> ChunkOut:
     """A chunk with its children (the rows it summarises), summary and transcript."""
-    chunk = await services.archive.chunk(chunk_id)
-    if chunk is None:
-        raise not_found("chunk")
-    return ChunkOut(
-        **RowOut.of(chunk).model_dump(),
-        conversation_id=chunk.conversation_id,
-        children=[RowOut.of(c) for c in await services.archive.children(chunk_id)],
-        transcript=await services.archive.transcript(chunk_id),
-    )
+    return _chunk_out(await chunks.chunk(chunk_id))
 
 
 @router.post(
@@ -215,34 +201,26 @@ async def get_chunk(services: ServicesDep, chunk_id: ChunkId) -> ChunkOut:
     response_model=ChunkOut,
     responses=responses(404, 409),
 )
-async def resummarize(services: ServicesDep, once: OnceDep, chunk_id: ChunkId) -> Response:
+async def resummarize(chunks: ChunksDep, once: OnceDep, chunk_id: ChunkId) -> Response:
     """Write the chunk's summary again; the old one shows until the new one is in."""
 
     async def reopen() -> ChunkOut:
-        now = services.clock.now()
-        if not await services.repos.work.reopen_chunk(chunk_id, now, ready_too=True):
-            if await services.archive.chunk(chunk_id) is None:
-                raise not_found("chunk")
-            raise ApiError(409, "a worker is summarising this chunk now; try again shortly")
-        await services.queue.enqueue(
-            SUMMARIZE, str(chunk_id), key=f"{SUMMARIZE}:{chunk_id}:again:{now.timestamp()}"
-        )
-        return await get_chunk(services, chunk_id)
+        return _chunk_out(await chunks.resummarize(chunk_id))
 
     return await once.run(reopen, 202, about=lambda chunk: chunk.conversation_id)
 
 
 @router.get("/users/{user_id}/profile", responses=responses(404))
-async def get_profile(services: ServicesDep, user_id: uuid.UUID, response: Response) -> ProfileOut:
+async def get_profile(profiles: ProfilesDep, user_id: uuid.UUID, response: Response) -> ProfileOut:
     """The profile as numbered lines; its `ETag` goes in `If-Match` to edit it."""
-    profile = await _profile(services, user_id)
+    profile = await profiles.get(user_id)
     response.headers["ETag"] = _etag(profile.revision)
     return ProfileOut.of(profile)
 
 
 @router.patch("/users/{user_id}/profile", responses=responses(404, 412, 422, 428))
 async def edit_profile(
-    services: ServicesDep,
+    profiles: ProfilesDep,
     user_id: uuid.UUID,
     body: ProfileEdits,
     response: Response,
@@ -251,18 +229,7 @@ async def edit_profile(
     """Apply edits made against the revision `If-Match` names (required)."""
     if if_match is None:
         raise ApiError(428, "send the profile's ETag in If-Match: edits are by line number")
-    revision = _revision(if_match)
-    await _profile(services, user_id)
-    try:
-        edited = await services.profiles.edit(
-            user_id, revision, body.parsed(), services.clock.now(), by=BY_OPERATOR
-        )
-    except StaleRevision as exc:
-        raise ApiError(
-            412, f"the profile is at revision {exc.current} now: read it again"
-        ) from None
-    except EditError as exc:
-        raise ApiError(422, str(exc), code="invalid_edit") from None
+    edited = await profiles.edit(user_id, _revision(if_match), body.parsed())
     response.headers["ETag"] = _etag(edited.revision)
     return ProfileOut.of(edited)
 
@@ -272,17 +239,16 @@ RetiredPage = Page[RetiredOut]
 
 @router.get("/users/{user_id}/retired-facts", responses=responses(404, 422))
 async def retired_facts(
-    services: ServicesDep,
+    profiles: ProfilesDep,
     cursors: CursorsDep,
     user_id: uuid.UUID,
     limit: LimitQuery = 100,
     cursor: CursorQuery = None,
 ) -> RetiredPage:
     """Every line tidying or an edit removed or shortened, word for word, oldest first."""
-    await _profile(services, user_id)
     key = scope("retired", user=str(user_id))
     after = cursors.read(key, cursor)
-    rows = await services.profiles.retired_page(
+    rows = await profiles.retired(
         user_id, after_id=0 if after is None else int(after[0]), limit=limit + 1
     )
     shown, next_cursor = cursors.cut(key, rows, limit, lambda row: [row[0]])
@@ -318,17 +284,16 @@ ChangePage = Page[ChangeOut]
 
 @router.get("/users/{user_id}/profile/changes", responses=responses(404, 422))
 async def profile_changes(
-    services: ServicesDep,
+    profiles: ProfilesDep,
     cursors: CursorsDep,
     user_id: uuid.UUID,
     limit: LimitQuery = 100,
     cursor: CursorQuery = None,
 ) -> ChangePage:
     """Who changed the profile, when, and the lines that came and went: newest first."""
-    await _profile(services, user_id)
     key = scope("profile-changes", user=str(user_id))
     before = cursors.read(key, cursor)
-    rows = await services.profiles.changes(
+    rows = await profiles.changes(
         user_id, before_id=MAX_INT64 if before is None else int(before[0]), limit=limit + 1
     )
     shown, next_cursor = cursors.cut(key, rows, limit, lambda change: [change.id])
@@ -338,10 +303,13 @@ async def profile_changes(
     )
 
 
-async def _profile(services: Services, user_id: uuid.UUID) -> Profile:
-    if await services.repos.directory.person(user_id) is None:
-        raise not_found("user")
-    return await services.profiles.get(user_id)
+def _chunk_out(detail: ChunkDetail) -> ChunkOut:
+    return ChunkOut(
+        **RowOut.of(detail.chunk).model_dump(),
+        conversation_id=detail.chunk.conversation_id,
+        children=[RowOut.of(c) for c in detail.children],
+        transcript=detail.transcript,
+    )
 
 
 def _etag(revision: int) -> str:

@@ -9,15 +9,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.errors import LLMError
 from gateway.http.api.inputs import Input
 from gateway.http.api.once import OnceDep
-from gateway.http.deps import CursorsDep, ServicesDep
+from gateway.http.deps import CursorsDep, OperatorMessagesDep, SessionsDep
 from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
-from gateway.http.problems import ApiError, not_found, responses
+from gateway.http.problems import ApiError, responses
 from gateway.http.wire import MessageOut
-from gateway.operations.operator_messages import NoModel, NoRecipient
-from gateway.services import Services
 from gateway.text import MAX_INT64, StorableText
 from memory.storage.messages import StoredMessage
 from memory.storage.search import MARK_END, MARK_START, SearchHit, SearchPosition
@@ -105,7 +102,7 @@ SearchPage = Page[SearchHitOut]
 
 @router.get("/sessions/{session_id}/messages", responses=responses(404, 422))
 async def session_messages(
-    services: ServicesDep,
+    sessions: SessionsDep,
     cursors: CursorsDep,
     session_id: uuid.UUID,
     after_seq: SeqQuery = None,
@@ -122,22 +119,20 @@ async def session_messages(
     if position is not None:
         direction, seq = position
         after_seq, before_seq = (seq, None) if direction == "after" else (None, seq)
-    await _require(services, session_id)
-    messages = services.repos.messages
     if before_seq is not None:
-        page = await messages.messages_before(session_id, before_seq, limit + 1)
+        page = await sessions.messages_before(session_id, before_seq, limit + 1)
         more = len(page) > limit
         shown = page[-limit:]
         next_cursor = cursors.make(key, ["before", shown[0].seq]) if more else None
     else:
-        page = await messages.messages_after(session_id, after_seq or 0, limit + 1)
+        page = await sessions.messages_after(session_id, after_seq or 0, limit + 1)
         shown, next_cursor = cursors.cut(key, page, limit, lambda m: ["after", m.seq])
     return MessagePage(items=[OperatorMessage.of(m) for m in shown], next_cursor=next_cursor)
 
 
 @router.get("/sessions/{session_id}/search", responses=responses(404))
 async def search_session(
-    services: ServicesDep,
+    sessions: SessionsDep,
     cursors: CursorsDep,
     session_id: uuid.UUID,
     q: Annotated[StorableText, Query(min_length=1, max_length=500)],
@@ -152,8 +147,7 @@ async def search_session(
             raise ApiError(422, "give `from` and `to` with a UTC offset")
     key = scope("search", session=str(session_id), q=q, since=since, until=until)
     position = cursors.read(key, cursor)
-    await _require(services, session_id)
-    hits = await services.repos.search.search(
+    hits = await sessions.search(
         session_id,
         q,
         limit=limit + 1,
@@ -172,34 +166,22 @@ async def search_session(
     responses=responses(404, 409, 422, 503),
 )
 async def send_message(
-    services: ServicesDep, once: OnceDep, session_id: uuid.UUID, body: OperatorMessageIn
+    sessions: SessionsDep,
+    operator: OperatorMessagesDep,
+    once: OnceDep,
+    session_id: uuid.UUID,
+    body: OperatorMessageIn,
 ) -> Response:
     """Send a message into the conversation, labelled as an operator's, on `channel`
     or the one last written from; or have the assistant write it from `instruction`."""
 
     async def send() -> OperatorMessage:
-        await _require(services, session_id)
-        operator = services.operator_messages
-        try:
-            target = await operator.recipient(session_id, body.channel)
-        except NoRecipient as exc:
-            raise ApiError(422, str(exc), code="no_recipient") from None
+        await sessions.require(session_id)
+        target = await operator.recipient(session_id, body.channel)
         text = body.text
         if text is None:
             assert body.instruction is not None
-            try:
-                text = await operator.compose(session_id, body.instruction)
-            except NoModel as exc:
-                raise ApiError(422, str(exc), code="no_model") from None
-            except LLMError:
-                raise ApiError(
-                    503, "the model did not answer; try again later", code="model_unavailable"
-                ) from None
+            text = await operator.compose(session_id, body.instruction)
         return OperatorMessage.of(await operator.send(target, text))
 
     return await once.run(send, 201, about=lambda message: message.conversation_id)
-
-
-async def _require(services: Services, session_id: uuid.UUID) -> None:
-    if await services.repos.conversations.get_conversation(session_id) is None:
-        raise not_found("session")

@@ -2,7 +2,8 @@
 
 The first request with a key runs and its answer is kept for 24 h (in the database,
 so every replica answers a replay the same); the same key with another request is a
-409. A request that fails releases its key, so the client may simply try again.
+409. A request that fails releases its key, so the client may simply try again. The
+keys are kept by `gateway.operations.idempotency`; here is what HTTP sees of them.
 """
 
 from __future__ import annotations
@@ -10,28 +11,25 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from gateway.http.deps import ServicesDep
+from gateway.http.deps import IdempotencyDep
 from gateway.http.problems import ApiError
-from gateway.services import Services
+from gateway.operations.idempotency import KEY_LIFETIME, Idempotency
 from memory.storage.idempotency import Claimed, KeyConflict, Replay
 
 M = TypeVar("M", bound=BaseModel)
 
-KEY_LIFETIME = timedelta(hours=24)
-# Longer than any operator request takes; a claim whose process died lapses after it.
-CLAIM_HOLD = timedelta(minutes=5)
+__all__ = ["KEY_LIFETIME", "Once", "OnceDep"]
 
 
 class Once:
-    def __init__(self, services: Services, key_hash: str | None, request_hash: str) -> None:
-        self._services = services
+    def __init__(self, keys: Idempotency, key_hash: str | None, request_hash: str) -> None:
+        self._keys = keys
         self._key_hash = key_hash
         self._request_hash = request_hash
 
@@ -45,14 +43,8 @@ class Once:
         about, whose erasure takes the kept answer with it."""
         if self._key_hash is None:
             return _json(await answer(), status_code)
-        keys = self._services.repos.idempotency
-        claim = await keys.claim(
-            self._key_hash,
-            self._request_hash,
-            now=self._services.clock.now(),
-            ttl=KEY_LIFETIME,
-            hold=CLAIM_HOLD,
-        )
+        keys = self._keys
+        claim = await keys.claim(self._key_hash, self._request_hash)
         if isinstance(claim, Replay):
             return Response(
                 claim.response,
@@ -75,7 +67,7 @@ class Once:
 
 async def _once(
     request: Request,
-    services: ServicesDep,
+    keys: IdempotencyDep,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -87,11 +79,11 @@ async def _once(
     ] = None,
 ) -> Once:
     if idempotency_key is None:
-        return Once(services, None, "")
+        return Once(keys, None, "")
     digest = hashlib.sha256()
     for part in (request.method.encode(), request.url.path.encode(), await request.body()):
         digest.update(len(part).to_bytes(8, "big") + part)
-    return Once(services, hashlib.sha256(idempotency_key.encode()).hexdigest(), digest.hexdigest())
+    return Once(keys, hashlib.sha256(idempotency_key.encode()).hexdigest(), digest.hexdigest())
 
 
 OnceDep = Annotated[Once, Depends(_once)]

@@ -11,15 +11,12 @@ from pydantic import BaseModel
 
 from gateway.http.api.messages import OperatorMessage
 from gateway.http.api.once import OnceDep
-from gateway.http.deps import CursorsDep, ServicesDep
+from gateway.http.deps import CursorsDep, PairingsDep, RetriesDep
 from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
-from gateway.http.problems import ApiError, not_found, responses
-from gateway.services import Services
+from gateway.http.problems import responses
 from gateway.text import MAX_INT64
-from memory.archive.upkeep import EXTRACT, SUMMARIZE
-from memory.profile.upkeep import TIDY
-from memory.storage.pairing import Approval, Pairing
-from memory.storage.work import KINDS, Job, Kind
+from memory.storage.pairing import Pairing
+from memory.storage.work import KINDS, Job
 
 router = APIRouter(tags=["operations"])
 
@@ -87,7 +84,7 @@ DeliveryPage = Page[OperatorMessage]
 
 @router.get("/pairing", responses=responses(422))
 async def list_pairing(
-    services: ServicesDep,
+    pairings: PairingsDep,
     cursors: CursorsDep,
     limit: LimitQuery = 50,
     cursor: CursorQuery = None,
@@ -95,8 +92,7 @@ async def list_pairing(
     """Requests waiting for an operator, oldest first."""
     key = scope("pairing")
     after = cursors.read(key, cursor)
-    waiting = await services.repos.pairings.pending_pairings(
-        now=services.clock.now(),
+    waiting = await pairings.waiting(
         after=None if after is None else (datetime.fromisoformat(after[0]), after[1]),
         limit=limit + 1,
     )
@@ -109,38 +105,28 @@ async def list_pairing(
 @router.post(
     "/pairing/{code}/approve", response_model=PairingOut, responses=responses(404, 409, 410)
 )
-async def approve_pairing(services: ServicesDep, once: OnceDep, code: Code) -> Response:
+async def approve_pairing(pairings: PairingsDep, once: OnceDep, code: Code) -> Response:
     """Let the person in for good; they write again to talk."""
 
     async def approve() -> PairingOut:
-        outcome, pairing = await services.repos.pairings.approve_pairing(
-            code, now=services.clock.now()
-        )
-        if pairing is None or outcome is Approval.UNKNOWN:
-            raise not_found("pairing request")
-        if outcome is Approval.EXPIRED:
-            raise ApiError(410, "the code has expired; the person gets a new one by writing")
-        return PairingOut.of(pairing)
+        return PairingOut.of(await pairings.approve(code))
 
     return await once.run(approve)
 
 
 @router.post("/pairing/{code}/reject", response_model=PairingOut, responses=responses(404, 409))
-async def reject_pairing(services: ServicesDep, once: OnceDep, code: Code) -> Response:
+async def reject_pairing(pairings: PairingsDep, once: OnceDep, code: Code) -> Response:
     """Turn the request down: it is forgotten (writing again asks anew)."""
 
     async def reject() -> PairingOut:
-        pairing = await services.repos.pairings.reject_pairing(code)
-        if pairing is None:
-            raise not_found("pairing request waiting")
-        return PairingOut.of(pairing)
+        return PairingOut.of(await pairings.reject(code))
 
     return await once.run(reject)
 
 
 @router.get("/jobs", responses=responses(422))
 async def list_jobs(
-    services: ServicesDep,
+    retries: RetriesDep,
     cursors: CursorsDep,
     state: Literal["pending", "failed"] | None = None,
     limit: LimitQuery = 50,
@@ -150,14 +136,7 @@ async def list_jobs(
     key = scope("jobs", state=state)
     position = cursors.read(key, cursor)
     kind_index, after = (0, None) if position is None else (int(position[0]), position[1])
-    found: list[Job] = []
-    for kind in KINDS[kind_index:]:
-        found += await services.repos.work.jobs(
-            kind, state, after=after, limit=limit + 1 - len(found)
-        )
-        after = None
-        if len(found) > limit:
-            break
+    found = await retries.jobs(state, kind_index=kind_index, after=after, limit=limit + 1)
     shown, next_cursor = cursors.cut(
         key, found, limit, lambda job: [KINDS.index(job.kind), job.target]
     )
@@ -167,45 +146,18 @@ async def list_jobs(
 @router.post(
     "/jobs/{job_id}/retry", status_code=202, response_model=JobOut, responses=responses(404)
 )
-async def retry_job(services: ServicesDep, once: OnceDep, job_id: JobId) -> Response:
+async def retry_job(retries: RetriesDep, once: OnceDep, job_id: JobId) -> Response:
     """Run a job again now, whatever its back-off said; answers the job as it was."""
 
     async def retry() -> JobOut:
-        kind, _, target = job_id.partition(":")
-        job = await services.repos.work.job(_kind(kind), target)
-        if job is None:
-            raise not_found("job waiting (it may be done)")
-        await _run_again(services, job)
-        return JobOut.of(job)
+        return JobOut.of(await retries.retry_job(job_id))
 
     return await once.run(retry, 202, about=lambda job: job.conversation_id or job.user_id)
 
 
-async def _run_again(services: Services, job: Job) -> None:
-    work, now = services.repos.work, services.clock.now()
-    # A key of its own: the queue may still hold (or remember) the job's last run.
-    again = f"{job.id}:again:{now.timestamp()}"
-    if job.kind == "summarize":
-        if not await work.reopen_chunk(int(job.target), now, ready_too=False):
-            raise ApiError(409, "a worker is summarising this chunk now")
-        await services.queue.enqueue(SUMMARIZE, job.target, key=again)
-    elif job.kind == "extract":
-        await services.queue.enqueue(EXTRACT, job.target, key=again)
-    else:
-        await work.reopen_tidy(uuid.UUID(job.target))
-        await services.queue.enqueue(TIDY, job.target, key=again)
-
-
-def _kind(name: str) -> Kind:
-    for kind in KINDS:
-        if kind == name:
-            return kind
-    raise not_found("job")
-
-
 @router.get("/deliveries", responses=responses(422))
 async def list_deliveries(
-    services: ServicesDep,
+    retries: RetriesDep,
     cursors: CursorsDep,
     state: Literal["failed"] = "failed",
     limit: LimitQuery = 50,
@@ -214,7 +166,7 @@ async def list_deliveries(
     """Replies the platform would not take after every retry, with its reason."""
     key = scope("deliveries", state=state)
     after = cursors.read(key, cursor)
-    failed = await services.repos.messages.failed_deliveries(
+    failed = await retries.failed_deliveries(
         after_id=0 if after is None else int(after[0]), limit=limit + 1
     )
     shown, next_cursor = cursors.cut(key, failed, limit, lambda m: [m.id])
@@ -225,16 +177,13 @@ async def list_deliveries(
     "/deliveries/{message_id}/retry", response_model=OperatorMessage, responses=responses(404)
 )
 async def retry_delivery(
-    services: ServicesDep,
+    retries: RetriesDep,
     once: OnceDep,
     message_id: Annotated[int, Path(ge=1, le=MAX_INT64)],
 ) -> Response:
     """Send a failed reply again, from its first part the platform did not take."""
 
     async def retry() -> OperatorMessage:
-        message = await services.outbox.retry(message_id)
-        if message is None:
-            raise not_found("failed delivery")
-        return OperatorMessage.of(message)
+        return OperatorMessage.of(await retries.retry_delivery(message_id))
 
     return await once.run(retry, about=lambda message: message.conversation_id)

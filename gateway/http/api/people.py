@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from gateway.http.api.inputs import Input
 from gateway.http.api.once import OnceDep
 from gateway.http.api.sessions import IdentityOut
-from gateway.http.deps import CursorsDep, ServicesDep
+from gateway.http.deps import CursorsDep, PeopleDep
 from gateway.http.paging import (
     CursorQuery,
     LimitQuery,
@@ -22,15 +22,12 @@ from gateway.http.paging import (
     created_after,
     scope,
 )
-from gateway.http.problems import ApiError, not_found, responses
-from gateway.services import Services
+from gateway.http.problems import responses
+from gateway.operations.people import Someone
 from gateway.text import StorableText
-from memory.storage.directory import Need, PersonState, PersonView
-from memory.storage.identities import UnlinkStatus
+from memory.storage.directory import Need
 
 router = APIRouter(tags=["people"])
-# Conversations a word search of people looks through (the most recently active).
-SAID_IN = 500
 
 
 class StateOut(BaseModel):
@@ -53,7 +50,8 @@ class UserOut(BaseModel):
     state: StateOut
 
     @classmethod
-    def of(cls, person: PersonView, state: PersonState) -> UserOut:
+    def of(cls, someone: Someone) -> UserOut:
+        person, state = someone.person, someone.state
         return cls(
             id=person.id,
             display_name=person.display_name,
@@ -82,7 +80,7 @@ UserPage = Page[UserOut]
 
 @router.get("/users", responses=responses(422))
 async def list_users(
-    services: ServicesDep,
+    people: PeopleDep,
     cursors: CursorsDep,
     q: Annotated[StorableText | None, Query(max_length=200)] = None,
     needs: Annotated[
@@ -98,72 +96,34 @@ async def list_users(
     """People, newest first; `q` finds a name (theirs or one of their identities') or
     every word of something they said (messages and archived transcripts)."""
     key = scope("users", q=q, needs=needs)
-    said_in = [] if not q else await services.repos.search.conversations_with(q, limit=SAID_IN)
-    people = await services.repos.directory.people(
-        q,
-        after=created_after(cursors.read(key, cursor)),
-        limit=limit + 1,
-        said_in=said_in,
-        needs=needs,
-        now=services.clock.now(),
+    found = await people.page(
+        q, needs=needs, after=created_after(cursors.read(key, cursor)), limit=limit + 1
     )
-    shown, next_cursor = cursors.cut(key, people, limit, by_creation)
-    return UserPage(items=await _with_states(services, shown), next_cursor=next_cursor)
+    shown, next_cursor = cursors.cut(key, found, limit, lambda s: by_creation(s.person))
+    return UserPage(items=[UserOut.of(s) for s in shown], next_cursor=next_cursor)
 
 
 @router.get("/users/{user_id}", responses=responses(404))
-async def get_user(services: ServicesDep, user_id: uuid.UUID) -> UserOut:
-    return (await _with_states(services, [await person(services, user_id)]))[0]
-
-
-async def _with_states(services: Services, people: list[PersonView]) -> list[UserOut]:
-    states = await services.repos.directory.states([p.id for p in people], now=services.clock.now())
-    return [UserOut.of(p, states[p.id]) for p in people]
+async def get_user(people: PeopleDep, user_id: uuid.UUID) -> UserOut:
+    return UserOut.of(await people.someone(user_id))
 
 
 @router.post("/users/{user_id}/merge", response_model=UserOut, responses=responses(404, 409, 422))
 async def merge_users(
-    services: ServicesDep, once: OnceDep, user_id: uuid.UUID, body: MergeIn
+    people: PeopleDep, once: OnceDep, user_id: uuid.UUID, body: MergeIn
 ) -> Response:
     """Make `other_user_id` part of this person, as `/link` does: every identity moves
     here and the two conversations become one, interleaved by arrival time (the
     archive of both is cut again from the merged history)."""
 
     async def merge() -> UserOut:
-        if body.other_user_id == user_id:
-            raise ApiError(422, "a person cannot be merged with themselves")
-        await person(services, body.other_user_id)
-        await person(services, user_id)
-        try:
-            merged = await services.linking.merge(user_id, body.other_user_id)
-        except TimeoutError:
-            raise ApiError(
-                409, "a turn of one of them is still running; try again shortly"
-            ) from None
-        if not merged:
-            raise not_found("user")
-        return (await _with_states(services, [await person(services, user_id)]))[0]
+        return UserOut.of(await people.merge(user_id, body.other_user_id))
 
     return await once.run(merge, about=lambda user: user.id)
 
 
 @router.delete("/identities/{identity_id}", responses=responses(404, 409))
-async def unlink_identity(services: ServicesDep, identity_id: uuid.UUID) -> Unlinked:
+async def unlink_identity(people: PeopleDep, identity_id: uuid.UUID) -> Unlinked:
     """Give a linked identity a person and a conversation of its own again; its
     history stays with the person it leaves."""
-    try:
-        status = await services.repos.identities.unlink(identity_id, now=services.clock.now())
-    except LookupError:
-        raise not_found("identity") from None
-    if status is UnlinkStatus.ONLY_IDENTITY:
-        raise ApiError(409, "the person has no other identity: there is nothing to unlink")
-    owner = await services.repos.directory.identity_owner(identity_id)
-    assert owner is not None
-    return Unlinked(identity_id=identity_id, user_id=owner)
-
-
-async def person(services: Services, user_id: uuid.UUID) -> PersonView:
-    found = await services.repos.directory.person(user_id)
-    if found is None:
-        raise not_found("user")
-    return found
+    return Unlinked(identity_id=identity_id, user_id=await people.unlink(identity_id))

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Header, Query, Response
 from pydantic import BaseModel, Field, model_validator
 
 from gateway.http.api.inputs import Input
-from gateway.http.deps import CursorsDep, ServicesDep
+from gateway.http.deps import CursorsDep, SessionsDep
 from gateway.http.paging import (
     CursorQuery,
     LimitQuery,
@@ -21,8 +21,8 @@ from gateway.http.paging import (
     created_after,
     scope,
 )
-from gateway.http.problems import ApiError, not_found, responses
-from gateway.services import Services
+from gateway.http.problems import ApiError, responses
+from gateway.operations.sessions import Sessions, SessionState
 from gateway.text import StorableText
 from memory.storage.conversations import ConversationView
 from memory.storage.directory import SessionFilter
@@ -109,7 +109,7 @@ SessionPage = Page[SessionOut]
 
 @router.get("/sessions", responses=responses(422))
 async def list_sessions(
-    services: ServicesDep,
+    sessions: SessionsDep,
     cursors: CursorsDep,
     channel: Annotated[str | None, Query(max_length=32)] = None,
     kind: Literal["personal", "group"] | None = None,
@@ -128,7 +128,7 @@ async def list_sessions(
         active_since=active_since,
     )
     key = scope("sessions", filter=repr(where))
-    views = await services.repos.directory.conversations(
+    views = await sessions.page(
         where, after=created_after(cursors.read(key, cursor)), limit=limit + 1
     )
     shown, next_cursor = cursors.cut(key, views, limit, by_creation)
@@ -137,17 +137,17 @@ async def list_sessions(
 
 @router.get("/sessions/{session_id}", responses=responses(404))
 async def get_session(
-    services: ServicesDep, session_id: uuid.UUID, response: Response
+    sessions: SessionsDep, session_id: uuid.UUID, response: Response
 ) -> SessionDetail:
     """One conversation: its person, identities, archive state and pending work."""
-    detail = await session_detail(services, session_id)
+    detail = await _session_detail(sessions, session_id)
     response.headers["ETag"] = _etag(detail)
     return detail
 
 
 @router.patch("/sessions/{session_id}", responses=responses(404, 412, 422))
 async def patch_session(
-    services: ServicesDep,
+    sessions: SessionsDep,
     session_id: uuid.UUID,
     patch: SessionPatch,
     response: Response,
@@ -157,30 +157,20 @@ async def patch_session(
     With `If-Match`, only if nobody changed it since that ETag."""
     if patch.timezone is not None and not known_zone(patch.timezone):
         raise ApiError(422, f"unknown time zone {patch.timezone!r}: use an IANA name")
-    if if_match is not None and if_match != _etag(await session_detail(services, session_id)):
+    if if_match is not None and if_match != _etag(await _session_detail(sessions, session_id)):
         raise ApiError(412, "the session changed since that ETag: read it again")
-    if (
-        patch.timezone is not None
-        and await services.repos.directory.timezone_of(session_id) is None
-    ):
-        if await services.repos.conversations.get_conversation(session_id) is None:
-            raise not_found("session")
-        raise ApiError(422, "a group conversation has no time zone of its own")
-    if not await services.repos.directory.rename(
-        session_id, title=patch.title, timezone=patch.timezone
-    ):
-        raise not_found("session")
-    detail = await session_detail(services, session_id)
+    await sessions.rename(session_id, title=patch.title, timezone=patch.timezone)
+    detail = await _session_detail(sessions, session_id)
     response.headers["ETag"] = _etag(detail)
     return detail
 
 
-async def session_detail(services: Services, session_id: uuid.UUID) -> SessionDetail:
-    view = await services.repos.conversations.get_conversation(session_id)
-    if view is None:
-        raise not_found("session")
-    person = None if view.user_id is None else await services.repos.directory.person(view.user_id)
-    status = await services.archive.status(session_id)
+async def _session_detail(sessions: Sessions, session_id: uuid.UUID) -> SessionDetail:
+    return _detail(await sessions.state(session_id))
+
+
+def _detail(found: SessionState) -> SessionDetail:
+    view, person, status = found.conversation, found.person, found.archive
     error = None
     if status.last_error is not None:
         error = ArchiveError(message=status.last_error, at=status.last_error_at)

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
-from gateway.http.deps import ServicesDep
+from gateway.http.deps import OverviewDep
 from gateway.http.problems import responses
 from gateway.operations.overview import ChannelHealth, Report
 from memory.archive.reads import Backlog
@@ -133,10 +133,10 @@ class StatsOut(BaseModel):
 
 
 @router.get("/stats", responses=responses(422))
-async def stats(services: ServicesDep, days: Annotated[int, Query(ge=1, le=366)] = 30) -> StatsOut:
+async def stats(overview: OverviewDep, days: Annotated[int, Query(ge=1, le=366)] = 30) -> StatsOut:
     """Channels with when they last heard and sent; archive chunks by state; how many
     summaries, fact extractions and deliveries wait, and since when the oldest has; per
     UTC day over the last `days`, messages by channel and the prompt tokens of model
     replies (estimated when the reply was written: mean and largest), and those of the
     newest turns one by one."""
-    return StatsOut.of(await services.overview.report(days))
+    return StatsOut.of(await overview.report(days))
