@@ -77,6 +77,10 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         ("connectors/whatsapp/graph.py", "import gateway.wiring", "only gateway.sdk"),
         # The SDK is the connectors' view: nothing in the gateway leans on it.
         ("gateway/channels/port.py", "import gateway.sdk", "the edge over the core"),
+        # Routes ask application services (gateway.operations), never repositories...
+        ("gateway/http/paging.py", "import memory.storage.repositories", "never the repositories"),
+        # ...and only those they declare: the whole `Services` is gateway.http.deps' alone.
+        ("gateway/http/api/people.py", "import gateway.services", "never the whole Services"),
     ],
 )
 def test_an_import_the_wrong_way_breaks_a_contract(
