@@ -4,30 +4,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from memory.storage.files import create_private_file, private_dir, tighten
 
 # SQLite's companions of the database file: it creates them with the database's mode.
 _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
+# A pooled server connection unused for longer than this is pinged before it is handed
+# out: a proxy or firewall may have dropped it without a word.
+IDLE_PING_SECONDS = 30.0
+
 
 def create_engine(url: str) -> AsyncEngine:
     """Create the async engine; SQLite gets WAL, a busy timeout and foreign keys."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_async_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+        server = create_async_engine(url, pool_size=10, max_overflow=10)
+        event.listen(server.sync_engine, "checkin", _returned)
+        event.listen(server.sync_engine, "checkout", _alive)
+        return server
     # A `file:` URI (uri=true) names its file and mode itself: it is not a path to create.
     if parsed.database and parsed.database != ":memory:" and not parsed.query.get("uri"):
         _private_database(Path(parsed.database))
@@ -36,6 +46,25 @@ def create_engine(url: str) -> AsyncEngine:
     engine = create_async_engine(url, pool_size=20, max_overflow=10)
     event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def _returned(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+    record.info["returned_at"] = time.monotonic()
+
+
+def _alive(dbapi_connection: Any, record: ConnectionPoolEntry, _: PoolProxiedConnection) -> None:
+    """Instead of a ping on every checkout (three round trips with asyncpg: twenty a
+    turn): a connection the server closed (a restart, a terminated backend) is known
+    to the driver without asking, and only one long unused is pinged. Raising
+    `DisconnectionError` makes the pool drop it and hand out a fresh one."""
+    if dbapi_connection.driver_connection.is_closed():
+        raise DisconnectionError("the database closed this connection")
+    returned = record.info.get("returned_at")
+    if returned is not None and time.monotonic() - returned > IDLE_PING_SECONDS:
+        try:
+            dbapi_connection.ping()
+        except Exception as exc:
+            raise DisconnectionError("a long unused connection no longer answers") from exc
 
 
 def _private_database(path: Path) -> None:
