@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fakes import telegram_api as tg
@@ -395,6 +396,27 @@ async def test_one_replica_polls_and_another_takes_over_when_it_stops(
     assert fake.conflicts == 0
     assert len(llm.requests) == 2
     assert health["leader"] == health["replica"]
+
+
+async def test_the_fake_counts_two_live_pollers_as_a_conflict_and_a_hung_up_one_not() -> None:
+    # What makes `conflicts == 0` above worth asserting.
+    async with tg.fake_telegram() as fake:
+        url = f"{fake.base_url}/bot{fake.token}/getUpdates"
+        async with httpx.AsyncClient() as first:
+            held = asyncio.create_task(first.post(url, json={"timeout": 10}))
+            await fake.wait_until(lambda f: [c.method for c in f.calls] == ["getUpdates"])
+            async with httpx.AsyncClient() as second:
+                refused = await second.post(url, json={"timeout": 0})
+            held.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await held
+        # The first client hung up: its poll, still held by the server, polls nothing.
+        async with httpx.AsyncClient() as third:
+            answered = await third.post(url, json={"timeout": 0})
+
+    assert refused.status_code == 409
+    assert answered.status_code == 200
+    assert fake.conflicts == 1
 
 
 async def test_a_group_that_became_a_supergroup_keeps_its_conversation(

@@ -183,6 +183,7 @@ class DeliveryLoop:
         start = state.parts_sent
         if state.uncertain_part is not None:
             start += await self._settle_uncertain(outbound, state.uncertain_part)
+        moved = None  # where the last part's write moved the reply
         for index in range(start, len(parts)):
             part = replace(outbound, text=parts[index], part=index, parts=len(parts))
             while True:
@@ -201,14 +202,17 @@ class DeliveryLoop:
                     failure = await self._send_part(sender, part)
                 finally:
                     self._sending.discard(lane)
-                if failure is None:
+                if not isinstance(failure, DeliveryError):
+                    moved = failure
                     break
                 failures += 1
                 if isinstance(failure, Undeliverable) or failures >= self._retry.max_attempts:
                     await self._give_up(outbound, failure.reason)
                     return
                 await self._retry_later(sender, part, failure, failures)
-        self.announce(await self._deliveries.sent(outbound.message_id))
+        if start >= len(parts):  # all went out before: a restart settled the last one
+            moved = await self._deliveries.sent(outbound.message_id)
+        self.announce(moved)
 
     def announce(self, moved: DeliveryMoved | None) -> None:
         """Say that a reply's delivery moved on (None: nothing moved); a failure to say
@@ -232,8 +236,11 @@ class DeliveryLoop:
         await self._deliveries.uncertain(outbound.message_id, part, skip=skip)
         return 1 if skip else 0
 
-    async def _send_part(self, sender: Connector, part: Outbound) -> DeliveryError | None:
-        """Send one part and record that the platform took it; else why it did not.
+    async def _send_part(
+        self, sender: Connector, part: Outbound
+    ) -> DeliveryError | DeliveryMoved | None:
+        """Send one part and record that the platform took it (the last: the reply is
+        sent, in the same write, and where it moved); else why it did not.
 
         The only moment a crash leaves a part in doubt is between the platform taking it
         and `part_sent` committing: nothing else happens in between. A part marked as
@@ -245,10 +252,14 @@ class DeliveryLoop:
         except DeliveryError as exc:
             return exc
         self._metrics.deliveries.labels(part.channel, "sent").inc()
-        await self._deliveries.part_sent(
-            part.message_id, part.part, part.channel, platform_id, now=self._clock.now()
+        return await self._deliveries.part_sent(
+            part.message_id,
+            part.part,
+            part.channel,
+            platform_id,
+            now=self._clock.now(),
+            last=part.part == part.parts - 1,
         )
-        return None
 
     async def _retry_later(
         self, sender: Connector, part: Outbound, failure: DeliveryError, failures: int

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from sqlalchemy import Update, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.sql.dml import ReturningUpdate
 
 from memory.storage.inserts import insert_or_skip
 from memory.storage.models import Delivery, Message, SentPart
@@ -99,8 +100,17 @@ class Deliveries:
             await session.commit()
 
     async def part_sent(
-        self, message_id: int, part: int, channel: str, platform_id: str | None, *, now: datetime
-    ) -> None:
+        self,
+        message_id: int,
+        part: int,
+        channel: str,
+        platform_id: str | None,
+        *,
+        now: datetime,
+        last: bool = False,
+    ) -> DeliveryMoved | None:
+        """The platform took `part`. With `last`, the reply is sent too, in the same
+        transaction (what `sent` does): the reply it moved, or None as `sent` says."""
         async with self._sessions() as session:
             if platform_id is not None:
                 # A part recorded before (a resend after a crash) is counted only.
@@ -116,16 +126,17 @@ class Deliveries:
                 )
             done = {"delivery_parts_sent": part + 1, "delivery_sending_part": None}
             await session.execute(update(Message).where(Message.id == message_id).values(done))
+            moved = None
+            if last:
+                row = (await session.execute(_returning(_sent(message_id)))).one_or_none()
+                moved = None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
             await session.commit()
+        return moved
 
     async def sent(self, message_id: int) -> DeliveryMoved | None:
         """Every part went out; None if the reply was no longer pending (receipts that
         came first are not undone) or is gone."""
-        return await self._move(
-            update(Message)
-            .where(Message.id == message_id, Message.delivery == Delivery.PENDING)
-            .values(delivery=Delivery.SENT, delivery_attempts=Message.delivery_attempts + 1)
-        )
+        return await self._move(_sent(message_id))
 
     async def attempt_failed(
         self, message_id: int, error: str, *, final: bool
@@ -154,9 +165,8 @@ class Deliveries:
     async def _move(self, change: Update) -> DeliveryMoved | None:
         """Apply `change` to one reply and say where that reply is, in the same
         statement (RETURNING): announcing a delivery costs no read of its own."""
-        returning = change.returning(Message.id, Message.conversation_id, Message.seq)
         async with self._sessions() as session:
-            row = (await session.execute(returning)).one_or_none()
+            row = (await session.execute(_returning(change))).one_or_none()
             await session.commit()
         return None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
 
@@ -223,3 +233,15 @@ async def _settle(session: AsyncSession, message_id: int) -> None:
         return  # later parts are still on their way, or delivery gave up
     least = min((row.status for row in rows), key=lambda d: _RANK.get(d, 0))
     message.delivery = least
+
+
+def _sent(message_id: int) -> Update:
+    return (
+        update(Message)
+        .where(Message.id == message_id, Message.delivery == Delivery.PENDING)
+        .values(delivery=Delivery.SENT, delivery_attempts=Message.delivery_attempts + 1)
+    )
+
+
+def _returning(change: Update) -> ReturningUpdate[int, uuid.UUID, int]:
+    return change.returning(Message.id, Message.conversation_id, Message.seq)

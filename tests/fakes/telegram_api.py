@@ -63,9 +63,9 @@ class FakeTelegram:
         self.calls: list[Call] = []
         self._failures: defaultdict[str, deque[TgFail | None]] = defaultdict(deque)
         self._updates: list[dict[str, Any]] = []
-        # Long polls open now, and polls refused because another was open (Telegram
-        # allows one at a time per bot).
-        self.polls_open = 0
+        # Long polls held open now, and polls refused because another client was still
+        # polling (Telegram allows one at a time per bot).
+        self._polls: set[Request] = set()
         self.conflicts = 0
         self._changed = asyncio.Condition()
         self._message_ids = itertools.count(1000)
@@ -131,7 +131,7 @@ class FakeTelegram:
             self.calls.append(call)
             self._changed.notify_all()
         if method == "getUpdates":
-            return await self._get_updates(params)
+            return await self._get_updates(request, params)
         failures = self._failures.get(method)
         failure = failures.popleft() if failures else None
         if failure is not None:
@@ -182,8 +182,10 @@ class FakeTelegram:
         }
         return _ok(message)
 
-    async def _get_updates(self, params: dict[str, Any]) -> JSONResponse:
-        if self.polls_open:
+    async def _get_updates(self, request: Request, params: dict[str, Any]) -> JSONResponse:
+        # A poll whose client hung up (a replica that stopped) is held here until its
+        # timeout, yet polls nothing: only one whose client still waits is a conflict.
+        if [poll for poll in self._polls if not await poll.is_disconnected()]:
             # What Telegram answers a second bot instance polling at the same time.
             self.conflicts += 1
             return JSONResponse(
@@ -195,11 +197,11 @@ class FakeTelegram:
                 },
                 status_code=409,
             )
-        self.polls_open += 1
+        self._polls.add(request)
         try:
             return await self._poll(params)
         finally:
-            self.polls_open -= 1
+            self._polls.discard(request)
 
     async def _poll(self, params: dict[str, Any]) -> JSONResponse:
         offset = int(params.get("offset") or 0)

@@ -12,7 +12,7 @@ import uvicorn
 from gateway.http.server import server_config
 from gateway.settings import Settings
 
-START_DEADLINE_SECONDS = 10.0
+START_DEADLINE_SECONDS = 30.0  # a guard against a hang; a loaded CI machine starts slowly
 # How long stopping may take beyond the gateway's own shutdown budgets (for open
 # connections, then for a turn still running, either of which it may spend whole on a
 # busy machine).
