@@ -545,7 +545,13 @@ class Bench:
         )
         segment.chats_out_of_order = len(disordered)
         segment.out_of_order_examples = dict(list(disordered.items())[:5])
-        checks = await database_checks(self.database_url, platform, tag)
+        # The platform has a reply a moment before the gateway records it as sent.
+        while True:
+            checks = await database_checks(self.database_url, platform, tag)
+            settled = not checks["owing"] and not checks["undelivered"]
+            if settled or time.perf_counter() > deadline:
+                break
+            await asyncio.sleep(POLL_SECONDS)
         segment.stored = checks["stored"]
         segment.owing_conversations = checks["owing"]
         segment.undelivered_replies = checks["undelivered"]
