@@ -84,6 +84,8 @@ class Options:
     catch_up_seconds: float = 600.0
     database_url: str | None = None
     gateway_log: Path | None = None
+    # Gateway settings besides the bench's own (`turn_concurrency=2`: PARLEY_TURN_…).
+    settings: tuple[tuple[str, str], ...] = ()
     command: str = ""
 
 
@@ -332,9 +334,14 @@ async def child(
 
 
 def gateway_env(
-    database_url: str, data_dir: Path, port: int, fakes: dict[str, str]
+    database_url: str,
+    data_dir: Path,
+    port: int,
+    fakes: dict[str, str],
+    settings: Sequence[tuple[str, str]] = (),
 ) -> dict[str, str]:
     env = parley_env(
+        **dict(settings),
         database_url=database_url,
         data_dir=str(data_dir),
         host="127.0.0.1",
@@ -659,7 +666,7 @@ async def run(options: Options) -> Report:
             child(
                 "gateway",
                 ["-m", "gateway", "serve"],
-                gateway_env(database_url, data_dir, port, fakes),
+                gateway_env(database_url, data_dir, port, fakes, options.settings),
                 directory,
                 with_log if with_log is not None else Path(os.devnull),
             )
@@ -757,8 +764,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--catch-up-seconds", type=float, default=Options.catch_up_seconds)
     parser.add_argument("--database-url", help="postgresql://… (a scratch database is made on it)")
     parser.add_argument("--gateway-log", type=Path, help="the gateway's log (default /dev/null)")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a gateway setting, e.g. turn_concurrency=2 (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
+    if bad := [s for s in args.setting if "=" not in s]:
+        parser.error(f"--setting takes NAME=VALUE, not {bad[0]!r}")
     platforms = tuple(p.strip() for p in args.platforms.split(",") if p.strip())
     for name in platforms:
         if name not in PLATFORMS:
@@ -774,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         catch_up_seconds=args.catch_up_seconds,
         database_url=args.database_url,
         gateway_log=args.gateway_log,
+        settings=tuple(_name_value(setting) for setting in args.setting),
         command=shlex.join(
             ["python", "-m", "bench.webhook_ack", *(sys.argv[1:] if argv is None else argv)]
         ),
@@ -781,6 +798,11 @@ def main(argv: list[str] | None = None) -> int:
     report = asyncio.run(run(options))
     print(json.dumps(report.to_json(), indent=2) if args.json else render(report))
     return 0 if all(v.met for v in report.verdicts) else 1
+
+
+def _name_value(setting: str) -> tuple[str, str]:
+    name, _, value = setting.partition("=")
+    return name, value
 
 
 if __name__ == "__main__":
