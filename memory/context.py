@@ -7,12 +7,13 @@ so provider prompt caches stay valid.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 
 from memory.archive.reads import ChunkView
 from memory.chat_turn import ChatTurn
-from memory.provenance import dialogue, label
+from memory.provenance import COMMAND_SOURCE, dialogue, label
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Role
 from memory.token_count import TokenCounter, estimate_tokens, message_tokens
@@ -105,10 +106,17 @@ def render_live(
 ) -> list[ChatTurn]:
     """The live window as chat turns: typed text verbatim (escaped), everything else
     behind a source line, and the time where a pause makes it worth knowing."""
-    tz = zone(timezone)
+    turns, _ = _render(dialogue(messages), zone(timezone), group, None)
+    return turns
+
+
+def _render(
+    messages: Sequence[StoredMessage], tz: tzinfo, group: bool, previous: datetime | None
+) -> tuple[list[ChatTurn], datetime | None]:
+    """Dialogue messages as turns, after one sent at `previous` (None: they open the
+    window); and when the last of them was sent."""
     turns: list[ChatTurn] = []
-    previous: datetime | None = None
-    for message in dialogue(messages):
+    for message in messages:
         sent = message.sent_at
         show_time = previous is None or sent - previous > SHOW_TIME_AFTER
         previous = sent
@@ -119,7 +127,55 @@ def render_live(
         speaker = message.author_name if group else None
         content = label(message.text, source=message.source, speaker=speaker, time=time)
         turns.append(ChatTurn("user", content))
-    return turns
+    return turns, previous
+
+
+class LiveRendering:
+    """A conversation's live turns kept between its turns, with each one's tokens:
+    `render_live` and `fit_to_budget`, but only the messages new since the last call
+    are rendered and counted."""
+
+    def __init__(self, timezone: str, group: bool) -> None:
+        self.timezone = timezone
+        self.group = group
+        self._source: tuple[StoredMessage, ...] = ()
+        self._turns: list[ChatTurn] = []
+        # Tokens of the turns before each index (`_before[i]`: of turns[:i]).
+        self._before = [0]
+        self._previous: datetime | None = None
+
+    def update(self, live: tuple[StoredMessage, ...]) -> None:
+        """Render `live`: only its messages after those rendered last, if it starts
+        with them and nothing new leaves one of those out of the dialogue (a command's
+        answer leaves out its command); else all of it again."""
+        kept = len(self._source)
+        tail = live[kept:]
+        commands = [m.reply_to_seq for m in tail if m.source == COMMAND_SOURCE]
+        last = self._source[-1].seq if kept else None
+        outdated = last is not None and any(s is not None and s <= last for s in commands)
+        if outdated or live[:kept] != self._source:
+            self._source, self._turns, self._before, self._previous = (), [], [0], None
+            tail = live
+        turns, self._previous = _render(
+            dialogue(tail), zone(self.timezone), self.group, self._previous
+        )
+        for turn in turns:
+            self._before.append(self._before[-1] + message_tokens(turn.content))
+        self._turns += turns
+        self._source = live
+
+    def fit(self, budget: int) -> tuple[list[ChatTurn], int]:
+        """`fit_to_budget(render_live(live), budget)` of the last `update`, and how
+        many tokens those turns are."""
+        count = len(self._turns)
+        if not count:
+            return [], 0
+        total = self._before[-1]
+        # The oldest turns go while the rest outgrow the budget; the newest stays.
+        start = min(bisect_left(self._before, total - budget), count - 1)
+        while start < count - 1 and self._turns[start].role == "assistant":
+            start += 1  # chat APIs expect the dialogue to open with the user
+        return self._turns[start:], total - self._before[start]
 
 
 def fit_to_budget(

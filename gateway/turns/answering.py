@@ -20,6 +20,7 @@ from gateway.llm import LLMProvider, Prompt
 from gateway.llm.base import Tool, ToolCall, ToolStep
 from gateway.metrics import Metrics
 from gateway.text import clean
+from gateway.turns.live_window import KeptRenderings
 from gateway.turns.steps import (
     answer_tokens,
     as_turns,
@@ -29,7 +30,7 @@ from gateway.turns.steps import (
     tools_tokens,
 )
 from memory.archive.reads import ChunkView
-from memory.context import clock_context, fit_to_budget, render_live, render_timeline, system_prompt
+from memory.context import clock_context, render_timeline, system_prompt
 from memory.provenance import NOTICE_SOURCE
 from memory.recall import Scope
 from memory.storage.conversations import Conversations, TurnState
@@ -106,6 +107,7 @@ class Answerer:
         conversations: Conversations,
         metrics: Metrics,
         recall: Recalling | None,
+        renderings: KeptRenderings | None = None,
     ) -> None:
         self._llm = llm
         self._hub = hub
@@ -115,6 +117,7 @@ class Answerer:
         self._conversations = conversations
         self._metrics = metrics
         self._recall = recall if limits.max_tool_calls > 0 else None
+        self._renderings = renderings if renderings is not None else KeptRenderings()
 
     async def answer(
         self, state: TurnState, context: TurnContext, trigger: StoredMessage
@@ -132,13 +135,16 @@ class Answerer:
         system = system_prompt(persona, clock, rows, profile)
         tools = () if self._recall is None else self._recall.tools
         budget = window - message_tokens(system) - tools_tokens(tools) - kept
-        turns = fit_to_budget(render_live(state.live, state.timezone, group=state.group), budget)
+        turns, turns_tokens = self._renderings.render(state).fit(budget)
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
+        # The system and live turns' tokens, counted once: every call's prompt starts
+        # with them.
+        known = _Known(message_tokens(system) + turns_tokens, len(turns))
         # What the live messages leave is the rounds' too (less than kept only when the
         # newest message alone outgrew its share).
-        room = window - _size(prompt)
+        room = window - _size(prompt, known)
         try:
-            return await self._generate(state, prompt, room, trigger)
+            return await self._generate(state, prompt, known, room, trigger)
         except LLMError as exc:
             log.warning(
                 "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)
@@ -146,7 +152,7 @@ class Answerer:
             return Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE)
 
     async def _generate(
-        self, state: TurnState, prompt: Prompt, room: int, trigger: StoredMessage
+        self, state: TurnState, prompt: Prompt, known: _Known, room: int, trigger: StoredMessage
     ) -> Answer:
         """Ask the model, run the recall tools it calls (up to the limit) and ask again
         with their answers, until it answers in text. The prompt's system text is the
@@ -188,7 +194,7 @@ class Answerer:
                 await self._recall.record(state.conversation_id, trigger.id, lookups)
         if not text:
             raise LLMError("the model returned an empty reply")
-        return Answer(text, prompt_tokens=_size(asked))
+        return Answer(text, prompt_tokens=_size(asked, known))
 
     async def _call_model(
         self, conversation_id: uuid.UUID, prompt: Prompt
@@ -243,12 +249,22 @@ class Answerer:
         return done
 
 
-def _size(prompt: Prompt) -> int:
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """The tokens of a turn's system prompt and of its first `turns` turns, which
+    every call's prompt of the turn starts with."""
+
+    tokens: int
+    turns: int
+
+
+def _size(prompt: Prompt, known: _Known) -> int:
     """About how many tokens a call's prompt is: system, turns, the tools it declares
-    and its tool steps."""
-    texts = [prompt.system, *(turn.content for turn in prompt.turns)]
+    and its tool steps (what `known` counts is not counted again)."""
+    later = prompt.turns[known.turns :]
     return (
-        sum(message_tokens(text) for text in texts)
+        known.tokens
+        + sum(message_tokens(turn.content) for turn in later)
         + tools_tokens(prompt.tools)
         + steps_tokens(prompt.steps)
     )

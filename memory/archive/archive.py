@@ -36,6 +36,7 @@ from memory.archive.reads import (
 from memory.archive.timeline import timeline_roots, visible_rows
 from memory.archive.transcript import render_transcript
 from memory.provenance import dialogue
+from memory.storage.live_window import bump_live_version
 from memory.storage.messages import MESSAGE_COLUMNS, message_view
 from memory.storage.models import Chunk, ChunkStatus, Conversation, Message, User
 
@@ -131,6 +132,8 @@ class Archive(ArchiveReads):
                     .values(chunk_id=chunk.id)
                 )
             if ready:
+                # Their messages left the live window: kept copies of it are stale.
+                await session.execute(bump_live_version([conversation_id]))
                 await session.execute(
                     update(Chunk)
                     .where(Chunk.id.in_([chunk.id for chunk in ready]))

@@ -209,6 +209,14 @@ class Tables:
                 insert_or_skip(session, Message).values(values).returning(Message.seq)
             )
         )
+        if created:
+            # Imported messages may take seqs before the newest (an erased history given
+            # back): kept live windows read only after it, so they are told.
+            await session.execute(
+                update(Conversation)
+                .where(Conversation.id == self.conversation_id)
+                .values(live_version=Conversation.live_version + 1)
+            )
         await self._check_skipped([v for v in values if v["seq"] not in created])
         self._counts["messages"].created += len(created)
 

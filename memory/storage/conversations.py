@@ -7,6 +7,7 @@ Conversation rows are made here and nowhere else (`personal_conversation`,
 from __future__ import annotations
 
 import uuid
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,6 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.inserts import insert_or_skip
+from memory.storage.live_window import KeptWindow, LiveWindows
 from memory.storage.messages import MESSAGE_COLUMNS, StoredMessage, message_view
 from memory.storage.models import Conversation, ConversationKind, Message, Role, User
 
@@ -53,8 +55,16 @@ def personal_conversation(user_id: uuid.UUID, title: str, now: datetime) -> Conv
 
 
 class Conversations:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        windows: LiveWindows | None = None,
+    ) -> None:
+        """`windows`: where live windows are kept between turns (None: a store of
+        this object's own, with the default bounds)."""
         self._sessions = sessions
+        self._windows = windows if windows is not None else LiveWindows()
 
     async def owes_reply(self, conversation_id: uuid.UUID) -> bool:
         """Whether a user message of the conversation is still unanswered."""
@@ -85,15 +95,17 @@ class Conversations:
     async def load_turn(self, conversation_id: uuid.UUID) -> TurnState | None:
         """The live window, what the turn answers (every user message after the last
         answered one) and when the message before those was sent; None if nothing is
-        unanswered."""
+        unanswered. Of the live window only what is new since the kept one is read
+        (live_window.py says when a kept window is good)."""
         async with self._sessions() as session:
-            answered, last_user, kind, timezone = (
+            answered, last_user, kind, timezone, version = (
                 await session.execute(
                     select(
                         Conversation.answered_seq,
                         Conversation.last_user_seq,
                         Conversation.kind,
                         User.timezone,
+                        Conversation.live_version,
                     )
                     .outerjoin(User, User.id == Conversation.user_id)
                     .where(Conversation.id == conversation_id)
@@ -101,18 +113,15 @@ class Conversations:
             ).one()
             if last_user <= answered:
                 return None
-            rows = await session.execute(
-                select(*MESSAGE_COLUMNS)
-                .where(Message.conversation_id == conversation_id, Message.chunk_id.is_(None))
-                .order_by(Message.seq)
-            )
-            live = tuple(message_view(row) for row in rows)
-            unanswered = [m for m in live if m.role is Role.USER and m.seq > answered]
+            live = await self._live(session, conversation_id, version)
+            # Seq order: what is after `answered` is found without walking the rest.
+            after = bisect_right(live, answered, key=_seq)
+            unanswered = [m for m in live[after:] if m.role is Role.USER]
             if not unanswered:
                 return None
             first_new = unanswered[0]
-            earlier = [m for m in live if m.seq < first_new.seq]
-            previous_at = earlier[-1].sent_at if earlier else None
+            before = bisect_left(live, first_new.seq, key=_seq)
+            previous_at = live[before - 1].sent_at if before else None
             if previous_at is None and first_new.seq > 1:
                 # Everything before this turn is archived: ask the archive's edge.
                 previous_at = await session.scalar(
@@ -129,6 +138,26 @@ class Conversations:
             unanswered=tuple(unanswered),
             previous_at=previous_at,
         )
+
+    async def _live(
+        self, session: AsyncSession, conversation_id: uuid.UUID, version: int
+    ) -> tuple[StoredMessage, ...]:
+        """The live window: the kept one and the messages stored after it, or all of it
+        read afresh if none is kept at `version` (read before, so a change committing
+        meanwhile leaves the window tagged with the version it outdated)."""
+        kept = self._windows.get(conversation_id, version)
+        query = (
+            select(*MESSAGE_COLUMNS)
+            .where(Message.conversation_id == conversation_id, Message.chunk_id.is_(None))
+            .order_by(Message.seq)
+        )
+        if kept is not None:
+            query = query.where(Message.seq > kept.last_seq)
+        new = tuple(message_view(row) for row in await session.execute(query))
+        live = new if kept is None else kept.messages + new
+        if kept is None or new:
+            self._windows.keep(conversation_id, KeptWindow(version, live))
+        return live
 
     async def list_conversations(
         self, *, limit: int, offset: int, user_id: uuid.UUID | None = None
@@ -234,3 +263,7 @@ def conversation_view(row: Conversation) -> ConversationView:
         message_count=row.last_seq,
         owes_reply=row.last_user_seq > row.answered_seq,
     )
+
+
+def _seq(message: StoredMessage) -> int:
+    return message.seq

@@ -52,6 +52,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
 from memory.storage.conversations import personal_conversation
+from memory.storage.live_window import bump_live_version
 from memory.storage.models import (
     Chunk,
     ChunkStatus,
@@ -221,6 +222,8 @@ async def _drop_typed_elsewhere(
         archive, chunk_ids = await _cut_back_archive(session, conversation_id, first)
         counts += archive + await _drop_typed(session, conversation_id, identities)
         files.append((conversation_id, chunk_ids))
+        # Messages came back into its live window and others left it.
+        await _run(session, bump_live_version([conversation_id]))
     return counts, files
 
 

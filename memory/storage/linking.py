@@ -364,6 +364,8 @@ async def _merge_conversations(
         update(Conversation)
         .where(Conversation.id == survivor)
         .values(
+            # Its live window was renumbered and joined by the other's.
+            live_version=Conversation.live_version + 1,
             last_seq=len(order),
             last_user_seq=max(user_seqs, default=0),
             answered_seq=max(was_answered, default=0),

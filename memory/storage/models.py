@@ -154,6 +154,10 @@ class Conversation(Base):
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     last_user_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     answered_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Bumped, in the same transaction, by every change to the live window (messages
+    # with no chunk) but an append at a new seq: an archive swap, an erasure, a merge,
+    # an import. A live window kept in memory is good while this has not moved.
+    live_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Chunk(Base):
