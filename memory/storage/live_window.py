@@ -28,8 +28,10 @@ from sqlalchemy import update
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Conversation
 
-MAX_CONVERSATIONS = 2_000
-MAX_MESSAGES = 500_000
+MAX_CONVERSATIONS = 1_000
+# A live window is some hundreds of messages (its tokens are bounded); a kept message
+# costs about a kilobyte with its text: some 100 MB at most.
+MAX_MESSAGES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
