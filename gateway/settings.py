@@ -142,10 +142,10 @@ class Settings(BaseSettings):
     # A replica's hold on a conversation while it answers: renewed every third of it; a
     # dead replica's conversations pass to another within it (plus one sweep).
     turn_lease_seconds: float = Field(default=30.0, ge=3)
-    # Conversations a replica answers at once; the rest wait, in the order they asked
-    # (their messages are stored: a restart answers them too). Bounded so that a burst
-    # of messages is acknowledged at once while their turns catch up afterwards.
-    turn_concurrency: int = Field(default=16, ge=1)
+    # Turns of a replica doing the gateway's own work at once (a turn waiting on the
+    # model lends its slot); the rest wait in the order they asked, their messages
+    # stored. Bounded so that a burst is acknowledged at once, its turns catching up.
+    turn_concurrency: int = Field(default=4, ge=1)
     sweep_interval_seconds: float = Field(default=10.0, gt=0)
     embedded_job_concurrency: int = Field(default=2, ge=1)
     profile_tidy_at_chars: int = Field(default=40_000, ge=1_000)

@@ -7,7 +7,10 @@ hold); what grows is the rounds, within the room the prompt kept for them.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -40,6 +43,9 @@ from memory.storage.models import Role
 from memory.token_count import message_tokens
 
 log = structlog.get_logger(__name__)
+
+# Held while the model is asked (`TurnSlots`: the turn's slot is lent meanwhile).
+Waiting = Callable[[], AbstractAsyncContextManager[None]]
 
 MODEL_DOWN_NOTICE = (
     "Sorry — I couldn't reach the language model just now, so I can't answer yet. "
@@ -120,8 +126,15 @@ class Answerer:
         self._renderings = renderings if renderings is not None else KeptRenderings()
 
     async def answer(
-        self, state: TurnState, context: TurnContext, trigger: StoredMessage
+        self,
+        state: TurnState,
+        context: TurnContext,
+        trigger: StoredMessage,
+        *,
+        waiting: Waiting = contextlib.nullcontext,
     ) -> Answer:
+        """The answer to everything `state` holds unanswered, up to `trigger`; the model's
+        calls run inside `waiting` (the turn's slot lent meanwhile)."""
         clock = clock_context(self._clock.now(), state.timezone, state.previous_at)
         window = self._limits.context_tokens - self._limits.max_reply_tokens
         # The tool rounds of the turn come after the live turns: room is kept for them
@@ -144,7 +157,8 @@ class Answerer:
         # newest message alone outgrew its share).
         room = window - _size(prompt, known)
         try:
-            return await self._generate(state, prompt, known, room, trigger)
+            async with waiting():
+                return await self._generate(state, prompt, known, room, trigger)
         except LLMError as exc:
             log.warning(
                 "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)

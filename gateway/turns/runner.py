@@ -27,6 +27,7 @@ from gateway.metrics import Metrics
 from gateway.tasks import finish_or_cancel
 from gateway.turns.answering import Answer, Answerer, Recalling, TurnContext, TurnLimits
 from gateway.turns.leases import ConversationLeases
+from gateway.turns.slots import Slot, TurnSlots
 from memory.provenance import COMMAND_SOURCE
 from memory.storage.conversations import Conversations, TurnState
 from memory.storage.leases import Held, LeaseLost
@@ -106,7 +107,7 @@ class TurnRunner:
         presence: Presence | None = None,
         metrics: Metrics | None = None,
         recall: Recalling | None = None,
-        concurrency: int = 16,
+        concurrency: int = 4,
     ) -> None:
         self._metrics = metrics or Metrics()
         self._messages = messages
@@ -134,9 +135,9 @@ class TurnRunner:
         # loops end.
         self._ended: set[uuid.UUID] = set()
         self._loops: dict[uuid.UUID, asyncio.Task[None]] = {}
-        # Turn slots: conversations answered at once. A conversation keeps its slot
-        # for its whole loop, so a waiting one holds no lease and costs one task.
-        self._slots = asyncio.Semaphore(concurrency)
+        # A conversation waits for a slot before it takes its lease, so a waiting one
+        # holds no lease and costs one task.
+        self._slots = TurnSlots(concurrency)
         self._again: set[uuid.UUID] = set()
         self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage]]]] = {}
         self._closing = False
@@ -210,10 +211,10 @@ class TurnRunner:
         waiting = True
         self._metrics.turns_waiting.inc()
         try:
-            async with self._slots:
+            async with self._slots.taken() as slot:
                 waiting = False
                 self._metrics.turns_waiting.dec()
-                await self._answer_all(conversation_id)
+                await self._answer_all(conversation_id, slot)
         except LeaseLost:
             log.warning(
                 "a turn lost its lease; another replica answers",
@@ -227,12 +228,12 @@ class TurnRunner:
             self._loops.pop(conversation_id, None)
             self._ended.discard(conversation_id)
 
-    async def _answer_all(self, conversation_id: uuid.UUID) -> None:
+    async def _answer_all(self, conversation_id: uuid.UUID, slot: Slot) -> None:
         while not self._closing:
             async with self._leases.hold(conversation_id) as mine:
                 if not mine:
                     return  # another replica answers; it looks again after releasing
-                await self._rounds(conversation_id)
+                await self._rounds(conversation_id, slot)
             # Released. A message stored on another replica while we held the lease
             # found it taken: answering it is ours, unless that replica is faster. One
             # stored here meanwhile has set `_again` (this loop was still registered),
@@ -242,7 +243,7 @@ class TurnRunner:
             if not await self._owed(conversation_id):
                 return
 
-    async def _rounds(self, conversation_id: uuid.UUID) -> None:
+    async def _rounds(self, conversation_id: uuid.UUID, slot: Slot) -> None:
         # A loop starts because a message arrived: the first round goes straight to the
         # turn, and so does a round after a step that left messages it read unanswered,
         # or one after a message came in here meanwhile. What other replicas stored
@@ -260,7 +261,7 @@ class TurnRunner:
                         return  # owed, yet nothing to answer: a merge answered it
                     known_owed = False
                     continue
-                known_owed = await self._step(state, context)
+                known_owed = await self._step(state, context, slot)
 
     async def _owed(self, conversation_id: uuid.UUID) -> bool:
         """After releasing: whether a message may be unanswered since the loop last
@@ -272,7 +273,7 @@ class TurnRunner:
         owed = await self._conversations.owes_reply(conversation_id)
         return owed or conversation_id in self._again  # read after: none missed meanwhile
 
-    async def _step(self, state: TurnState, context: TurnContext) -> bool:
+    async def _step(self, state: TurnState, context: TurnContext, slot: Slot) -> bool:
         """Answer the first command, or every message before the first command; True if
         messages the step read are left unanswered."""
         is_command = [self._commands.recognises(m) for m in state.unanswered]
@@ -287,7 +288,7 @@ class TurnRunner:
         state = replace(state, live=live, unanswered=answered)
         started = time.monotonic()
         async with self._presence(answered[-1]):
-            answer = await self._answerer.answer(state, context, answered[-1])
+            answer = await self._answerer.answer(state, context, answered[-1], waiting=slot.lent)
         held = self._leases.held(state.conversation_id)
         reply = await self._finish(state, answered[-1], answer, held)
         live_tokens = sum(m.token_count for m in state.live) + reply.token_count

@@ -1,0 +1,66 @@
+"""Turn slots: at most `size` turns work at once; one waiting on the model lends its
+slot; a turn stopped meanwhile gives back exactly what it held."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from gateway.turns.slots import TurnSlots
+
+
+async def _hold(slots: TurnSlots, started: asyncio.Event, done: asyncio.Event) -> None:
+    async with slots.taken():
+        started.set()
+        await done.wait()
+
+
+async def test_a_third_turn_waits_for_a_slot_that_one_on_the_model_lends() -> None:
+    slots = TurnSlots(2)
+    a_in, a_done = asyncio.Event(), asyncio.Event()
+    b_in, b_done = asyncio.Event(), asyncio.Event()
+    on_model, model_done, back = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def turn_on_the_model() -> None:
+        async with slots.taken() as slot:
+            async with slot.lent():
+                on_model.set()
+                await model_done.wait()
+            back.set()
+
+    model_turn = asyncio.create_task(turn_on_the_model())
+    await on_model.wait()  # took a slot and lent it
+    first = asyncio.create_task(_hold(slots, a_in, a_done))
+    second = asyncio.create_task(_hold(slots, b_in, b_done))
+    await asyncio.gather(a_in.wait(), b_in.wait())  # both work meanwhile
+    assert slots.in_use == 2
+    model_done.set()
+    await asyncio.sleep(0.05)  # a chance to take a slot it must not get
+    assert not back.is_set()  # the model answered; its turn waits for a free slot
+    a_done.set()
+    await asyncio.wait_for(back.wait(), 5)
+    b_done.set()
+    await asyncio.gather(model_turn, first, second)
+    assert slots.in_use == 0
+
+
+async def test_a_turn_stopped_while_the_model_writes_needs_no_slot_to_stop() -> None:
+    slots = TurnSlots(1)
+    on_model, other_in, other_done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def turn() -> None:
+        async with slots.taken() as slot, slot.lent():
+            on_model.set()
+            await asyncio.Event().wait()  # a model that never answers
+
+    stopped = asyncio.create_task(turn())
+    await on_model.wait()
+    other = asyncio.create_task(_hold(slots, other_in, other_done))
+    await other_in.wait()  # the lent slot is in use by another
+    stopped.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(stopped, 5)  # at once, without waiting for the slot
+    assert slots.in_use == 1
+    other_done.set()
+    await other
+    assert slots.in_use == 0
