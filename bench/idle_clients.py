@@ -1,6 +1,6 @@
 """One load-generator process of `bench.idle_sockets`: holds web chat WebSockets open.
 
-    python -m bench.idle_clients WS_URL
+    python -m bench.idle_clients WS_URL [--no-deflate]
 
 It is driven over stdin/stdout, one JSON object a line:
 
@@ -14,7 +14,8 @@ Every `message` frame whose text starts with PROBE_PREFIX is reported as
 `{"event": "frame", "text": ..., "at": time.monotonic()}`, stamped when it is read off
 the socket (CLOCK_MONOTONIC is one clock for every process on the machine, so the
 driver can subtract its own send time). Sockets send no pings of their own (a browser
-does not) but answer the server's, and offer permessage-deflate as browsers do.
+does not) but answer the server's, and offer permessage-deflate as browsers do (not with
+`--no-deflate`: then no socket is compressed).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def rss_kb(pid: int | str = "self") -> int:
 
 
 class Clients:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, deflate: bool) -> None:
         self._url = url
+        self._compression = "deflate" if deflate else None
         self._readers: set[asyncio.Task[None]] = set()
         self._sockets: list[ClientConnection] = []
         self.closed = 0
@@ -61,7 +63,12 @@ class Clients:
             async with gate:
                 try:
                     async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
-                        ws = await connect(self._url, ping_interval=None, open_timeout=None)
+                        ws = await connect(
+                            self._url,
+                            ping_interval=None,
+                            open_timeout=None,
+                            compression=self._compression,
+                        )
                         await ws.send(json.dumps({"type": "auth", "token": token}))
                         first = json.loads(await ws.recv())
                 except (OSError, TimeoutError, ConnectionClosed, ValueError) as exc:
@@ -123,11 +130,11 @@ class Clients:
             reader.cancel()
 
 
-async def drive(url: str) -> None:
+async def drive(url: str, deflate: bool) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    clients = Clients(url)
+    clients = Clients(url, deflate)
     while line := await reader.readline():
         command = json.loads(line)
         if command["cmd"] == "open":
@@ -142,12 +149,12 @@ async def drive(url: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        raise SystemExit("usage: python -m bench.idle_clients WS_URL")
+    if len(args) not in (1, 2) or args[1:] not in ([], ["--no-deflate"]):
+        raise SystemExit("usage: python -m bench.idle_clients WS_URL [--no-deflate]")
     import uvloop  # the server's loop too (uvicorn[standard]); cheaper per socket
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(drive(args[0]))
+        runner.run(drive(args[0], deflate=args[1:] != ["--no-deflate"]))
 
 
 if __name__ == "__main__":

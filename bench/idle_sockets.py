@@ -55,6 +55,7 @@ import sys
 import time
 import uuid
 from asyncio.subprocess import Process
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,7 @@ GOAL_DELIVERY_MS = 50.0
 STOP_DEADLINE_SECONDS = 30.0
 DELIVERY_DEADLINE_SECONDS = 10.0
 FDS_SPARE = 1024
+SESSION_TRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,7 @@ class Options:
     clients: int = 2
     baseline: bool = True
     seed: int = 1
+    deflate: bool = True
     as_json: bool = False
     command: str = field(default="")
 
@@ -117,6 +120,12 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--clients", type=int, default=2, help="load-generator processes (2)")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false")
     parser.add_argument("--seed", type=int, default=1, help="of the sample (1)")
+    parser.add_argument(
+        "--no-deflate",
+        dest="deflate",
+        action="store_false",
+        help="clients do not offer permessage-deflate (browsers do)",
+    )
     parser.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     if args.sockets < 1 or args.warmup_sockets >= args.sockets:
@@ -131,6 +140,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         clients=max(1, args.clients),
         baseline=args.baseline,
         seed=args.seed,
+        deflate=args.deflate,
         as_json=args.as_json,
         command="python -m bench.idle_sockets " + " ".join(sys.argv[1:] if argv is None else argv),
     )
@@ -163,16 +173,25 @@ def memory_kb(pid: int) -> dict[str, int]:
     return figures
 
 
+def tail(log: Path, lines: int = 40) -> list[str]:
+    return log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+
+
 @contextlib.asynccontextmanager
 async def started(
     args: list[str], env: dict[str, str], cwd: Path, log: Path
 ) -> AsyncIterator[Process]:
+    """A process writing to `log`; if the run fails, the log's tail goes to stderr (the
+    scratch directory it is in is then deleted)."""
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
             sys.executable, *args, cwd=cwd, env=env, stdout=out, stderr=asyncio.subprocess.STDOUT
         )
         try:
             yield process
+        except BaseException:
+            print(f"--- the last lines of {log.name}:", *tail(log), sep="\n", file=sys.stderr)
+            raise
         finally:
             await stop(process)
 
@@ -228,8 +247,9 @@ class LoadGenerator:
 
 @contextlib.asynccontextmanager
 async def load_generators(
-    count: int, ws_url: str, work_dir: Path, arrivals: dict[str, asyncio.Future[float]]
+    options: Options, ws_url: str, work_dir: Path, arrivals: dict[str, asyncio.Future[float]]
 ) -> AsyncIterator[list[LoadGenerator]]:
+    count = options.clients
     generators: list[LoadGenerator] = []
     logs = [(work_dir / f"clients-{i}.log").open("wb") for i in range(count)]
     try:
@@ -239,6 +259,7 @@ async def load_generators(
                 "-m",
                 "bench.idle_clients",
                 ws_url,
+                *([] if options.deflate else ["--no-deflate"]),
                 env=environment({}),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -267,7 +288,7 @@ async def hold(
     """Steps 3-6: open the sockets, read memory, idle CPU, time the deliveries."""
     arrivals: dict[str, asyncio.Future[float]] = {}
     n, warm = len(tokens), options.warmup_sockets
-    async with load_generators(options.clients, ws_url, work_dir, arrivals) as generators:
+    async with load_generators(options, ws_url, work_dir, arrivals) as generators:
         share = max(1, options.concurrency // len(generators))
         opened = [
             await generators[0].ask({"cmd": "open", "tokens": tokens[:warm], "concurrency": share})
@@ -385,9 +406,23 @@ async def gateway_run(options: Options, work_dir: Path) -> dict[str, Any]:
         start = await ready_check(process, client, base, "parley serve")
         gate = asyncio.Semaphore(options.concurrency)
 
+        refused: list[str] = []
+
         async def visitor() -> tuple[str, str]:
             async with gate:
-                response = await client.post("/webchat/sessions")
+                for attempt in range(1, SESSION_TRIES + 1):
+                    # A keep-alive connection the server closes as it is reused, or a
+                    # 5xx: counted, and tried again (a spare visitor harms nothing).
+                    try:
+                        response = await client.post("/webchat/sessions")
+                    except httpx.TransportError as exc:
+                        refused.append(type(exc).__name__)
+                        if attempt == SESSION_TRIES:
+                            raise
+                        continue
+                    if response.status_code < 500:
+                        break
+                    refused.append(str(response.status_code))
                 response.raise_for_status()
                 body = response.json()
                 return str(body["token"]), str(body["conversation_id"])
@@ -419,6 +454,7 @@ async def gateway_run(options: Options, work_dir: Path) -> dict[str, Any]:
         "app": "gateway (parley serve)",
         "start_seconds": round(start, 2),
         "sessions_seconds": round(sessions_seconds, 2),
+        "sessions_retried": dict(Counter(refused)),
     } | figures
 
 
@@ -492,6 +528,7 @@ async def run(options: Options) -> dict[str, Any]:
             "settle_seconds": options.settle_seconds,
             "warmup_sockets": options.warmup_sockets,
             "clients": options.clients,
+            "client_offers_deflate": options.deflate,
         },
         "fd_limit": fds,
         "results": results,
@@ -516,7 +553,8 @@ def render(report: dict[str, Any]) -> str:
         f"Parley idle web chat sockets: {machine_line(report['machine'])} "
         f"(→ {report['load_average_end_1m']:.2f} at the end)",
         f"{report['command']}; SQLite; {report['options']['clients']} load-generator "
-        f"processes; fd limit {report['fd_limit']['soft']}",
+        f"processes; clients offer permessage-deflate: "
+        f"{report['options']['client_offers_deflate']}; fd limit {report['fd_limit']['soft']}",
         "",
         f"{'app':<32}{'open':>7}{'held':>7}{'KB/sock RSS':>12}{'KB/sock Pss':>12}"
         f"{'idle % core':>12}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}",
