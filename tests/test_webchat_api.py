@@ -262,6 +262,25 @@ async def test_the_token_goes_in_the_first_frame_or_the_socket_is_closed(
     assert ready == {"type": "ready", "seen_seq": 0}
 
 
+async def test_a_socket_is_not_compressed_even_when_the_client_offers_it(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    # permessage-deflate keeps zlib state for each socket's life: most of what an idle
+    # socket costs (bench.idle_sockets). Browsers, like this client, offer it.
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        async with gw.socket(token) as ws:
+            offered = ws.request.headers.get("Sec-WebSocket-Extensions") if ws.request else None
+            agreed = ws.response.headers.get("Sec-WebSocket-Extensions") if ws.response else None
+            await ws.send(json.dumps({"type": "message", "text": "hi", "client_id": "c1"}))
+            ack = await next_frame(ws, "ack")
+
+    assert offered is not None
+    assert "permessage-deflate" in offered
+    assert agreed is None
+    assert ack["client_id"] == "c1"
+
+
 async def test_how_far_a_person_has_read_is_kept_for_their_next_socket(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
