@@ -21,7 +21,9 @@ per minute), so that one address may make N visitors.
    after another settle the memory again: memory per socket = the growth / (N - W).
    Each socket sends its `auth` frame and waits for `ready`, then sits idle.
 4. The server's CPU (user + system, all threads, /proc/PID/stat) over `--idle-seconds`
-   with every socket open: idle CPU in % of one core.
+   with every socket open: idle CPU in % of one core. The same is read with only the
+   W warm-up sockets open (before step 3's second half), to tell what the sockets cost
+   from what the process costs anyway (its sweeps, its job runner).
 5. Delivery: for each sampled visitor in turn, an operator's message
    (`POST /api/v1/sessions/{id}/messages` with the admin token) and the time until its
    `message` frame is read off that visitor's socket, in the load generator (both
@@ -295,6 +297,8 @@ async def hold(
         ]
         await asyncio.sleep(options.settle_seconds)
         before = memory_kb(pid)
+        # The same process with only the warm-up sockets: what is not the sockets'.
+        cpu_before = await measure(pid, 0.0, options.idle_seconds)
         began = time.monotonic()
         opened += await asyncio.gather(
             *(
@@ -349,7 +353,14 @@ async def hold(
         "memory_at_end_kb": after_all,
         **per_socket,
         "load_generator_rss_kb": [s["rss_kb"] for s in statuses],
+        "idle_before": cpu_before,
         "idle": cpu,
+        "idle_cpu_percent_per_1000_sockets": round(
+            (cpu["cpu_percent_of_one_core"] - cpu_before["cpu_percent_of_one_core"])
+            / (n - warm)
+            * 1000,
+            3,
+        ),
         "delivery": {
             "sample": len(sample),
             "arrived": len(latencies),
@@ -554,10 +565,10 @@ def render(report: dict[str, Any]) -> str:
         f"(→ {report['load_average_end_1m']:.2f} at the end)",
         f"{report['command']}; SQLite; {report['options']['clients']} load-generator "
         f"processes; clients offer permessage-deflate: "
-        f"{report['options']['client_offers_deflate']}; fd limit {report['fd_limit']['soft']}",
+        f"{report['options'].get('client_offers_deflate', True)}; fd limit {report['fd_limit']['soft']}",
         "",
         f"{'app':<32}{'open':>7}{'held':>7}{'KB/sock RSS':>12}{'KB/sock Pss':>12}"
-        f"{'idle % core':>12}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}",
+        f"{'idle % W→N':>14}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}",
     ]
     for r in report["results"]:
         d = r["delivery"]
@@ -565,7 +576,8 @@ def render(report: dict[str, Any]) -> str:
             f"{r['app']:<32}{r['opened']:>7}{r['still_open_at_end']:>7}"
             f"{r.get('rss_kb_per_socket', float('nan')):>12.1f}"
             f"{r.get('pss_kb_per_socket', float('nan')):>12.1f}"
-            f"{r['idle']['cpu_percent_of_one_core']:>12.2f}"
+            f"{r.get('idle_before', {}).get('cpu_percent_of_one_core', float('nan')):>7.2f}"
+            f"{r['idle']['cpu_percent_of_one_core']:>7.2f}"
             f"{d.get('p50_ms', float('nan')):>8.2f}{d.get('p99_ms', float('nan')):>8.2f}"
             f"{d.get('max_ms', float('nan')):>8.2f}"
         )

@@ -33,6 +33,7 @@ async def test_a_tiny_run_holds_every_socket_and_delivers_every_sampled_message(
         assert delivery["p50_ms"] <= delivery["p99_ms"] <= delivery["max_ms"]
         assert "rss_kb_per_socket" in result
         assert result["idle"]["wall_seconds"] >= 1.0
+        assert result["idle_before"]["wall_seconds"] >= 1.0
     assert report["goals"]["all_sockets_held"] is True
     assert report["fd_limit"]["soft"] >= report["fd_limit"]["needed"]
     assert json.loads(json.dumps(report))["options"]["sockets"] == 20
