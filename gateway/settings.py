@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     # Turns of a replica doing the gateway's own work at once (a turn waiting on the
     # model lends its slot); the rest wait in the order they asked, their messages
     # stored. Bounded so that a burst is acknowledged at once, its turns catching up.
-    turn_concurrency: int = Field(default=4, ge=1)
+    turn_concurrency: int = Field(default=2, ge=1)
     sweep_interval_seconds: float = Field(default=10.0, gt=0)
     embedded_job_concurrency: int = Field(default=2, ge=1)
     profile_tidy_at_chars: int = Field(default=40_000, ge=1_000)

@@ -107,7 +107,7 @@ class TurnRunner:
         presence: Presence | None = None,
         metrics: Metrics | None = None,
         recall: Recalling | None = None,
-        concurrency: int = 4,
+        concurrency: int = 2,
     ) -> None:
         self._metrics = metrics or Metrics()
         self._messages = messages
