@@ -29,7 +29,6 @@ class Outbox:
         self._senders = {connector.channel: connector for connector in connectors}
         self._messages = repos.messages
         self._identities = repos.identities
-        self._conversations = repos.conversations
         self._deliveries = repos.deliveries
         self._delivery = delivery
 
@@ -85,10 +84,13 @@ class Outbox:
 
     async def chat_of(self, message: StoredMessage) -> ChatRef:
         """Where an answer to `message` goes: its group, or its author's private chat."""
+        external_user_id, group_id = await self._deliveries.address(
+            message.conversation_id, message.identity_id
+        )
         return ChatRef(
             channel=message.channel,
-            external_user_id=await self._identities.external_id(message.identity_id),
-            group_id=await self._conversations.group_of(message.conversation_id),
+            external_user_id=external_user_id,
+            group_id=group_id,
             platform_message_id=message.platform_message_id,
         )
 

@@ -17,7 +17,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
 from memory.storage.inserts import insert_or_skip
-from memory.storage.models import Delivery, Message, SentPart
+from memory.storage.models import (
+    Conversation,
+    ConversationKind,
+    Delivery,
+    Identity,
+    Message,
+    SentPart,
+)
 
 # Receipts only ever move a part forward; they arrive in any order.
 _RANK = {Delivery.SENT: 1, Delivery.DELIVERED: 2, Delivery.READ: 3}
@@ -47,6 +54,24 @@ class DeliveryMoved:
 class Deliveries:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
+
+    async def address(
+        self, conversation_id: uuid.UUID, identity_id: uuid.UUID | None
+    ) -> tuple[str, str | None]:
+        """Where an answer goes, in one read: the platform address of the identity ('' if
+        none) and the conversation's platform group id (None unless a group)."""
+        query = (
+            select(Identity.external_id, Conversation.kind, Conversation.group_id)
+            .select_from(Conversation)
+            .outerjoin(Identity, Identity.id == identity_id)
+            .where(Conversation.id == conversation_id)
+        )
+        async with self._sessions() as session:
+            row = (await session.execute(query)).one_or_none()
+        if row is None:
+            return "", None
+        group = row.group_id if row.kind == ConversationKind.GROUP else None
+        return row.external_id or "", group
 
     async def state(self, message_id: int) -> DeliveryState | None:
         query = select(
