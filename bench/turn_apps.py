@@ -12,6 +12,7 @@ import itertools
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -73,52 +74,67 @@ class BaselineOut(BaseModel):
     seq: int
 
 
-def baseline_app(database_url: str) -> FastAPI:
-    """One POST endpoint: one INSERT into `messages`, one commit, a small JSON answer."""
-    engine: AsyncEngine = create_engine(database_url)
-    sessions = session_factory(engine)
-    conversation_id = uuid.uuid4()
-    # One server process, one event loop: a plain counter gives unique seqs.
-    seqs = itertools.count(1)
+@dataclass
+class BaselineStore:
+    """What a baseline app writes: message rows into one conversation of its own, each
+    one INSERT and one COMMIT through the gateway's engine factory. The schema is
+    migrated by the benchmark before any server starts."""
+
+    database_url: str
+    title: str
+
+    def __post_init__(self) -> None:
+        self._engine: AsyncEngine = create_engine(self.database_url)
+        self._sessions = session_factory(self._engine)
+        self._conversation_id = uuid.uuid4()
+        # One server process, one event loop: a plain counter gives unique seqs.
+        self._seqs = itertools.count(1)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # The schema is migrated by the benchmark before any server starts.
-        async with sessions() as session:
+    async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        async with self._sessions() as session:
             session.add(
                 Conversation(
-                    id=conversation_id,
+                    id=self._conversation_id,
                     kind=ConversationKind.GROUP,
                     channel="bench",
-                    group_id=conversation_id.hex,
-                    title="baseline",
+                    group_id=self._conversation_id.hex,
+                    title=self.title,
                 )
             )
             await session.commit()
         try:
             yield
         finally:
-            await engine.dispose()
+            await self._engine.dispose()
 
-    app = FastAPI(title="Parley bench baseline", lifespan=lifespan)
-
-    @app.post(BASELINE_PATH)
-    async def store(body: BaselineIn) -> BaselineOut:
+    async def store(self, channel: str, text: str, platform_id: str | None = None) -> Message:
         message = Message(
-            conversation_id=conversation_id,
-            seq=next(seqs),
+            conversation_id=self._conversation_id,
+            seq=next(self._seqs),
             role=Role.USER,
-            channel="bench",
+            channel=channel,
             author_name="Bench",
-            text=body.text,
-            platform_message_id=body.client_id,
+            text=text,
+            platform_message_id=platform_id,
             created_at=utcnow(),
             token_count=0,
             delivery_attempts=0,
         )
-        async with sessions() as session:
+        async with self._sessions() as session:
             session.add(message)
             await session.commit()
+        return message
+
+
+def baseline_app(database_url: str) -> FastAPI:
+    """One POST endpoint: one INSERT into `messages`, one commit, a small JSON answer."""
+    rows = BaselineStore(database_url, "baseline")
+    app = FastAPI(title="Parley bench baseline", lifespan=rows.lifespan)
+
+    @app.post(BASELINE_PATH)
+    async def store(body: BaselineIn) -> BaselineOut:
+        message = await rows.store("bench", body.text, body.client_id)
         return BaselineOut(id=message.id, seq=message.seq)
 
     return app

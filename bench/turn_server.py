@@ -51,19 +51,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_logging("WARNING")
     kind: Kind = args.kind
-    # The same server settings for both apps, and those `parley serve` gets from
-    # `uvicorn.run`: uvloop and httptools when installed, no access log.
+    # The same server settings for both apps.
+    run_on_a_free_port(build(kind, args.database_url, args.data_dir), args.port_file)
+
+
+def run_on_a_free_port(app: FastAPI, port_file: Path) -> None:
+    """Serve `app` with the server settings `parley serve` gets from `uvicorn.run`
+    (uvloop and httptools when installed, no access log) until told to stop."""
     config = uvicorn.Config(
-        build(kind, args.database_url, args.data_dir),
-        host="127.0.0.1",
-        port=0,
-        lifespan="on",
-        log_level="warning",
-        access_log=False,
+        app, host="127.0.0.1", port=0, lifespan="on", log_level="warning", access_log=False
     )
     server = uvicorn.Server(config)
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(serve(server, args.port_file))
+        runner.run(serve(server, port_file))
 
 
 if __name__ == "__main__":

@@ -12,23 +12,16 @@ The secrets are the fakes' (`tests.fakes`), as the gateway's are in the benchmar
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import hmac
-import itertools
 import json
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, HTTPException, Request, Response
 
-from bench.turn_server import serve
-from memory.storage.engine import create_engine, session_factory
-from memory.storage.models import Conversation, ConversationKind, Message, Role, utcnow
+from bench.turn_apps import BaselineStore
+from bench.turn_server import run_on_a_free_port
 from tests.fakes.graph_api import APP_SECRET
 from tests.fakes.telegram_api import WEBHOOK_SECRET
 
@@ -46,49 +39,10 @@ def whatsapp_text(notification: dict[str, Any]) -> str:
 
 
 def baseline_app(database_url: str) -> FastAPI:
-    engine = create_engine(database_url)
-    sessions = session_factory(engine)
-    conversation_id = uuid.uuid4()
-    seqs = itertools.count(1)  # one process, one loop: a plain counter gives unique seqs
+    rows = BaselineStore(database_url, "webhook baseline")
     app_secret = APP_SECRET.encode()
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # The benchmark migrates the schema before any server starts.
-        async with sessions() as session:
-            session.add(
-                Conversation(
-                    id=conversation_id,
-                    kind=ConversationKind.GROUP,
-                    channel="bench",
-                    group_id=conversation_id.hex,
-                    title="webhook baseline",
-                )
-            )
-            await session.commit()
-        try:
-            yield
-        finally:
-            await engine.dispose()
-
-    async def store(channel: str, text: str) -> None:
-        async with sessions() as session:
-            session.add(
-                Message(
-                    conversation_id=conversation_id,
-                    seq=next(seqs),
-                    role=Role.USER,
-                    channel=channel,
-                    author_name="Bench",
-                    text=text,
-                    created_at=utcnow(),
-                    token_count=0,
-                    delivery_attempts=0,
-                )
-            )
-            await session.commit()
-
-    app = FastAPI(title="Parley webhook baseline", lifespan=lifespan)
+    store = rows.store
+    app = FastAPI(title="Parley webhook baseline", lifespan=rows.lifespan)
 
     @app.get("/readyz")
     async def ready() -> dict[str, str]:
@@ -129,18 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--port-file", type=Path, required=True)
     args = parser.parse_args(argv)
-    # The server settings `parley serve` gets: uvloop and httptools, no access log.
-    config = uvicorn.Config(
-        baseline_app(args.database_url),
-        host="127.0.0.1",
-        port=0,
-        lifespan="on",
-        log_level="warning",
-        access_log=False,
-    )
-    server = uvicorn.Server(config)
-    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(serve(server, args.port_file))
+    run_on_a_free_port(baseline_app(args.database_url), args.port_file)
 
 
 if __name__ == "__main__":
