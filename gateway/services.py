@@ -147,7 +147,12 @@ class Services:
         )
         linking = Linking(links=repos.links, runner=runner, clock=clock)
         erasing = Erasing(
-            erasure=repos.erasure, directory=repos.directory, linking=linking, hub=hub, clock=clock
+            erasure=repos.erasure,
+            directory=repos.directory,
+            linking=linking,
+            hub=hub,
+            clock=clock,
+            forget=runner.forget,
         )
         # Every family of chat commands, one entry each; `/help` lists what is here.
         commands.register(

@@ -5,6 +5,7 @@ person's `/export`, `/erase` and `/help` from a chat."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,30 @@ async def test_export_erase_import_restores_everything_and_erasure_leaves_nothin
     assert refused.json()["error"]["code"] == "invalid_export"
     assert _kept(after) == _kept(before)
     assert transcripts_after == transcripts
+
+
+async def test_erasing_and_deleting_drop_what_this_replica_keeps_in_memory(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    # Turns keep a conversation's live window in memory: erased text must leave it too.
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        runner = gw.services.runner
+        ann, ann_session = await gw.visitor()
+        bob, bob_session = await gw.visitor()
+        await gw.send(ann, f"hello {MARKER}")
+        await gw.send(bob, "hello")
+        kept = [runner.keeps(uuid.UUID(s)) for s in (ann_session, bob_session)]
+        ann_id = (await gw.http.get(f"/api/v1/sessions/{ann_session}", headers=ADMIN)).json()[
+            "user_id"
+        ]
+        erased = await gw.http.delete(f"/api/v1/users/{ann_id}", headers=ADMIN)
+        after_erasure = runner.keeps(uuid.UUID(ann_session))
+        deleted = await gw.http.delete(f"/api/v1/sessions/{bob_session}", headers=ADMIN)
+        after_deletion = runner.keeps(uuid.UUID(bob_session))
+
+    assert kept == [True, True]
+    assert (erased.status_code, deleted.status_code) == (200, 200)
+    assert (after_erasure, after_deletion) == (False, False)
 
 
 async def test_deleting_a_session_counts_what_went_and_forgets_kept_answers(

@@ -6,6 +6,7 @@ whoever has it open live (the web chat) hears that it ended.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterable
 
 from gateway.clock import Clock
 from gateway.errors import Busy, ConversationNotFound, PersonNotFound
@@ -20,8 +21,17 @@ BUSY = "a turn of this conversation is still running"
 
 class Erasing:
     def __init__(
-        self, *, erasure: Erasure, directory: Directory, linking: Linking, hub: Hub, clock: Clock
+        self,
+        *,
+        erasure: Erasure,
+        directory: Directory,
+        linking: Linking,
+        hub: Hub,
+        clock: Clock,
+        forget: Callable[[Iterable[uuid.UUID]], None],
     ) -> None:
+        """`forget`: drop what this process keeps in memory of those conversations."""
+        self._forget = forget
         self._erasure = erasure
         self._directory = directory
         self._linking = linking
@@ -41,6 +51,7 @@ class Erasing:
             raise Busy(BUSY) from None
         if counts is None:
             raise ConversationNotFound()
+        self._forget([conversation_id])
         self._hub.publish(conversation_id, Ended(conversation_id, notice))
         return counts
 
@@ -62,6 +73,7 @@ class Erasing:
             raise Busy(BUSY) from None
         if counts is None:
             raise PersonNotFound()
+        self._forget(found.conversations)
         for conversation_id in found.conversations:
             self._hub.publish(conversation_id, Ended(conversation_id, notice))
         return counts

@@ -125,6 +125,13 @@ class Answerer:
         self._recall = recall if limits.max_tool_calls > 0 else None
         self._renderings = renderings if renderings is not None else KeptRenderings()
 
+    def forget(self, conversation_id: uuid.UUID) -> None:
+        """Drop what is kept rendered of the conversation."""
+        self._renderings.forget(conversation_id)
+
+    def keeps(self, conversation_id: uuid.UUID) -> bool:
+        return conversation_id in self._renderings
+
     async def answer(
         self,
         state: TurnState,

@@ -38,5 +38,11 @@ class KeptRenderings:
             self._kept.popitem(last=False)
         return rendering
 
+    def __contains__(self, conversation_id: object) -> bool:
+        return conversation_id in self._kept
+
+    def forget(self, conversation_id: uuid.UUID) -> None:
+        self._kept.pop(conversation_id, None)
+
     def __len__(self) -> int:
         return len(self._kept)

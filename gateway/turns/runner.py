@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Protocol
@@ -165,6 +165,20 @@ class TurnRunner:
         waiters[:] = [(seq, f) for seq, f in waiters if f is not future]
         if not waiters:
             self._waiters.pop(conversation_id, None)
+
+    def forget(self, conversation_ids: Iterable[uuid.UUID]) -> None:
+        """Drop what this process keeps of the conversations' live windows, read and
+        rendered (after an erasure: its text leaves memory too). Other replicas drop
+        theirs when a turn finds the window's version moved, or as they evict."""
+        for conversation_id in conversation_ids:
+            self._conversations.forget_window(conversation_id)
+            self._answerer.forget(conversation_id)
+
+    def keeps(self, conversation_id: uuid.UUID) -> bool:
+        """Whether this process keeps anything of the conversation's window (tests)."""
+        return self._conversations.keeps_window(conversation_id) or self._answerer.keeps(
+            conversation_id
+        )
 
     async def idle(self) -> None:
         """Until no turn runs in this process, the work after each reply (the archive's

@@ -66,6 +66,14 @@ class Conversations:
         self._sessions = sessions
         self._windows = windows if windows is not None else LiveWindows()
 
+    def keeps_window(self, conversation_id: uuid.UUID) -> bool:
+        """Whether this process keeps the conversation's live window (tests)."""
+        return conversation_id in self._windows
+
+    def forget_window(self, conversation_id: uuid.UUID) -> None:
+        """Drop the kept live window at once (erased text leaves memory too)."""
+        self._windows.forget(conversation_id)
+
     async def owes_reply(self, conversation_id: uuid.UUID) -> bool:
         """Whether a user message of the conversation is still unanswered."""
         async with self._sessions() as session:

@@ -79,6 +79,9 @@ class LiveWindows:
             _, oldest = self._kept.popitem(last=False)
             self._messages -= len(oldest.messages)
 
+    def __contains__(self, conversation_id: object) -> bool:
+        return conversation_id in self._kept
+
     def forget(self, conversation_id: uuid.UUID) -> None:
         gone = self._kept.pop(conversation_id, None)
         if gone is not None:
