@@ -50,11 +50,12 @@ async def _terminate_all(database: str) -> None:
 
 async def _use(engine: AsyncEngine, connections: int) -> None:
     """Check out `connections` pooled connections at once, so the pool holds that many."""
+    all_out = asyncio.Barrier(connections)
 
     async def one() -> None:
         async with engine.connect() as connection:
             assert await connection.scalar(text("SELECT 1")) == 1
-            await asyncio.sleep(0)
+            await all_out.wait()
 
     await asyncio.gather(*(one() for _ in range(connections)))
 

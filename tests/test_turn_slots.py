@@ -19,28 +19,34 @@ async def test_a_third_turn_waits_for_a_slot_that_one_on_the_model_lends() -> No
     slots = TurnSlots(2)
     a_in, a_done = asyncio.Event(), asyncio.Event()
     b_in, b_done = asyncio.Event(), asyncio.Event()
-    on_model, model_done, back = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    on_model, model_done = asyncio.Event(), asyncio.Event()
+    order: list[str] = []
 
     async def turn_on_the_model() -> None:
         async with slots.taken() as slot:
             async with slot.lent():
                 on_model.set()
                 await model_done.wait()
-            back.set()
+            order.append("the model's turn works again")
+
+    async def first_turn() -> None:
+        await _hold(slots, a_in, a_done)
+        order.append("the first turn gave its slot back")
 
     model_turn = asyncio.create_task(turn_on_the_model())
     await on_model.wait()  # took a slot and lent it
-    first = asyncio.create_task(_hold(slots, a_in, a_done))
+    first = asyncio.create_task(first_turn())
     second = asyncio.create_task(_hold(slots, b_in, b_done))
     await asyncio.gather(a_in.wait(), b_in.wait())  # both work meanwhile
     assert slots.in_use == 2
+    # The model answers first: were its turn to work on without a slot, it would say
+    # so before the first turn, woken after it, gave one back.
     model_done.set()
-    await asyncio.sleep(0.05)  # a chance to take a slot it must not get
-    assert not back.is_set()  # the model answered; its turn waits for a free slot
     a_done.set()
-    await asyncio.wait_for(back.wait(), 5)
+    await asyncio.wait_for(asyncio.gather(model_turn, first), 5)
     b_done.set()
-    await asyncio.gather(model_turn, first, second)
+    await second
+    assert order == ["the first turn gave its slot back", "the model's turn works again"]
     assert slots.in_use == 0
 
 
