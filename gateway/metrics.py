@@ -69,6 +69,20 @@ class Metrics:
             ["channel", "outcome"],
             registry=registry,
         )
+        self.reminder_fires = Counter(
+            "parley_reminder_fires",
+            "Firings of reminders and follow-ups, by outcome: sent (within the grace "
+            "window), late (once, after it), held, skipped (a follow-up past the cap or "
+            "turned off), failed (nowhere to send it).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.reminder_lag_seconds = Histogram(
+            "parley_reminder_lag_seconds",
+            "From a reminder's due time to its firing (the turn that writes it queued).",
+            buckets=(1.0, 5.0, 15.0, 60.0, 300.0, 3_600.0, 86_400.0),
+            registry=registry,
+        )
         self.turns_waiting = Gauge(
             "parley_turns_waiting",
             "Conversations owed a turn that wait for one of this replica's turn slots.",

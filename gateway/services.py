@@ -25,6 +25,7 @@ from gateway.commands.help import HelpCommand
 from gateway.commands.linking import LinkCommands
 from gateway.commands.profile import ProfileCommands
 from gateway.commands.registry import Commands
+from gateway.commands.reminders import ReminderCommands
 from gateway.commands.rights import RightsCommands
 from gateway.commands.status import StatusCommand
 from gateway.events.hub import DeliveryChanged, Hub
@@ -35,6 +36,9 @@ from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider
 from gateway.metrics import Metrics
 from gateway.operations import Erasing, Linking, Operations
+from gateway.reminders.firing import Firings, QuietHours
+from gateway.reminders.planner import Planner
+from gateway.reminders.tools import ReminderTools
 from gateway.replicas.sweeps import sweep_forever
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
@@ -43,6 +47,7 @@ from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.recall_tools import RecallTools
 from gateway.turns.runner import TurnRunner
+from gateway.turns.tools import Toolbox
 from gateway.wiring import archive_dir, model_provider, open_stores, replica_name
 from memory.archive.archive import Archive
 from memory.profile.profiles import Profiles
@@ -82,6 +87,8 @@ class Services:
     operations: Operations
     # Events to and from the other replicas (with Redis only).
     fanout: RedisFanout | None
+    # Reminders and follow-ups coming due, fired as turns.
+    firings: Firings
 
     @classmethod
     def build(
@@ -120,6 +127,7 @@ class Services:
             settings, repos, clock, metrics, shared_leases, partial(_announce, hub)
         )
         outbox = Outbox(connectors, repos, delivery)
+        planner = Planner(repos.schedules, clock, follow_ups_per_day=settings.follow_ups_per_day)
         runner = TurnRunner(
             messages=repos.messages,
             conversations=repos.conversations,
@@ -143,7 +151,22 @@ class Services:
             presence=outbox.working,
             concurrency=settings.turn_concurrency,
             metrics=metrics,
-            recall=RecallTools(Recall(archive, repos.search, profiles), repos.lookups, clock),
+            recall=Toolbox(
+                (RecallTools(Recall(archive, repos.search, profiles)), ReminderTools(planner)),
+                repos.lookups,
+                clock,
+            ),
+        )
+        firings = Firings(
+            schedules=repos.schedules,
+            messages=repos.messages,
+            turns=runner,
+            hub=hub,
+            clock=clock,
+            metrics=metrics,
+            grace=timedelta(minutes=settings.reminder_grace_minutes),
+            quiet=QuietHours.parse(settings.quiet_hours),
+            follow_ups_per_day=settings.follow_ups_per_day,
         )
         linking = Linking(links=repos.links, runner=runner, clock=clock)
         erasing = Erasing(
@@ -174,6 +197,7 @@ class Services:
                 clock=clock,
                 public_url=settings.public_url,
             ),
+            ReminderCommands(planner, repos.conversations, repos.directory),
         )
         core = Core(
             repos=repos,
@@ -217,8 +241,10 @@ class Services:
                 metrics=metrics,
                 linking=linking,
                 erasing=erasing,
+                planner=planner,
             ),
             fanout=_fanout(settings, hub),
+            firings=firings,
         )
 
     @contextlib.asynccontextmanager
@@ -266,6 +292,17 @@ class Services:
                 name="turn-sweeper",
             )
             stack.push_async_callback(self._stage, "turn sweep", lambda: _cancel(sweeper))
+            reminders = asyncio.create_task(
+                sweep_forever(
+                    self.firings.sweep,
+                    self.settings.reminder_sweep_seconds,
+                    name="reminders",
+                    leases=self.repos.leases,
+                    at_once=True,
+                ),
+                name="reminder-sweeper",
+            )
+            stack.push_async_callback(self._stage, "reminder sweep", lambda: _cancel(reminders))
             log.info(
                 "gateway ready",
                 database=self.engine.dialect.name,

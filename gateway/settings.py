@@ -59,6 +59,7 @@ _DEFAULT_BASE_URLS = {
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
 # scheme://host[:port], no path: what a browser sends as Origin.
+_QUIET_HOURS = re.compile(r"^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d$")
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 CommaFloats = Annotated[tuple[float, ...], NoDecode]
 
@@ -147,6 +148,14 @@ class Settings(BaseSettings):
     # stored. Bounded so that a burst is acknowledged at once, its turns catching up.
     turn_concurrency: int = Field(default=2, ge=1)
     sweep_interval_seconds: float = Field(default=10.0, gt=0)
+    # Reminders and follow-ups (DESIGN §9): how often due ones are looked for; how late
+    # one may fire and still count as on time (later: once, saying it is late); when
+    # follow-ups wait (in each person's zone, HH:MM-HH:MM; empty: never) and how many a
+    # person gets a day (0: the assistant makes none).
+    reminder_sweep_seconds: float = Field(default=5.0, gt=0)
+    reminder_grace_minutes: int = Field(default=60, ge=0)
+    quiet_hours: str = "22:00-08:00"
+    follow_ups_per_day: int = Field(default=2, ge=0)
     embedded_job_concurrency: int = Field(default=2, ge=1)
     profile_tidy_at_chars: int = Field(default=40_000, ge=1_000)
     profile_tidy_target_chars: int = Field(default=30_000, ge=500)
@@ -245,6 +254,13 @@ class Settings(BaseSettings):
         except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
             raise ValueError(f"unknown IANA time zone {value!r}") from exc
         return value
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _quiet_hours(cls, value: str) -> str:
+        if value.strip() and not _QUIET_HOURS.match(value.strip()):
+            raise ValueError(f"quiet hours are HH:MM-HH:MM (e.g. 22:00-08:00), not {value!r}")
+        return value.strip()
 
     @field_validator("webchat_allowed_origins", mode="before")
     @classmethod

@@ -65,6 +65,15 @@ GATEWAY_SOURCES = frozenset({NOTICE_SOURCE, COMMAND_SOURCE})
 NOT_DIALOGUE = LeftOut(sources=GATEWAY_SOURCES, answered_by=frozenset({COMMAND_SOURCE}))
 
 
+# A reminder or follow-up coming due: `reminder set by the person on Tue 1 Dec 2026`.
+FIRING_SOURCE = "reminder set by"
+
+
+def is_firing(source: str | None) -> bool:
+    """The message is a reminder or follow-up coming due (a turn's trigger, not typed)."""
+    return source is not None and source.startswith(FIRING_SOURCE)
+
+
 def from_gateway(source: str | None) -> bool:
     """Said by the gateway to the person (notices, command answers), not dialogue."""
     return source in GATEWAY_SOURCES

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from memory.provenance import is_firing
 from memory.storage.messages import StoredMessage
 
 
@@ -30,7 +31,8 @@ class MessageOut(BaseModel):
     def _fields(message: StoredMessage) -> dict[str, object]:
         return {
             "seq": message.seq,
-            "role": message.role.value,
+            # A reminder coming due is no one's typing: clients show it as an event.
+            "role": "event" if is_firing(message.source) else message.role.value,
             "text": message.text,
             "channel": message.channel,
             "created_at": message.created_at,

@@ -32,6 +32,7 @@ from gateway.operations.portability import Portability
 from gateway.operations.profiles import PersonProfiles
 from gateway.operations.retries import Retries
 from gateway.operations.sessions import Sessions
+from gateway.reminders.planner import Planner
 from gateway.settings import Settings
 from gateway.text import clean
 from gateway.wiring import Stores, archive_dir
@@ -89,6 +90,7 @@ class Operations:
         metrics: Metrics,
         linking: Linking,
         erasing: Erasing,
+        planner: Planner,
     ) -> Operations:
         """Each application service with only the parts its job needs."""
         repos, archive, profiles = stores.repos, stores.archive, stores.profiles
@@ -100,6 +102,7 @@ class Operations:
                 search=repos.search,
                 lookups=repos.lookups,
                 archive=archive,
+                planner=planner,
             ),
             people=People(
                 directory=repos.directory,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gateway.errors import ConversationNotFound, InputError
+from gateway.reminders.planner import Planner
 from memory.archive.archive import Archive
 from memory.archive.reads import ArchiveStatus, ChunkView
 from memory.storage.conversations import Conversations, ConversationView
@@ -37,7 +38,9 @@ class Sessions:
         search: Search,
         lookups: Lookups,
         archive: Archive,
+        planner: Planner,
     ) -> None:
+        self._planner = planner
         self._conversations = conversations
         self._directory = directory
         self._messages = messages
@@ -72,6 +75,9 @@ class Sessions:
             raise InputError("a group conversation has no time zone of its own")
         if not await self._directory.rename(conversation_id, title=title, timezone=timezone):
             raise ConversationNotFound()
+        owner = await self._conversations.personal_owner(conversation_id)
+        if timezone is not None and owner is not None:
+            await self._planner.rezone(owner, timezone)
 
     async def messages_after(
         self, conversation_id: uuid.UUID, after_seq: int, limit: int

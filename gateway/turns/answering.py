@@ -21,6 +21,7 @@ from gateway.errors import LLMError
 from gateway.events.hub import DeltaEvent, Hub, Typing
 from gateway.llm import LLMProvider, Prompt
 from gateway.llm.base import Tool, ToolCall, ToolStep
+from gateway.llm.offline import OFFLINE
 from gateway.metrics import Metrics
 from gateway.text import clean
 from gateway.turns.live_window import KeptRenderings
@@ -34,7 +35,7 @@ from gateway.turns.steps import (
 )
 from memory.archive.reads import ChunkView
 from memory.context import clock_context, render_timeline, system_prompt
-from memory.provenance import NOTICE_SOURCE
+from memory.provenance import NOTICE_SOURCE, is_firing
 from memory.recall import Scope
 from memory.storage.conversations import Conversations, TurnState
 from memory.storage.lookups import NewLookup
@@ -163,14 +164,24 @@ class Answerer:
         # What the live messages leave is the rounds' too (less than kept only when the
         # newest message alone outgrew its share).
         room = window - _size(prompt, known)
+        # Reminders coming due are sent in their own words where no model writes them.
+        fired = [m.text for m in state.unanswered if is_firing(m.source)]
+        typed = len(fired) < len(state.unanswered)
+        if fired and not typed and self._llm.name == OFFLINE:
+            return Answer("\n\n".join(fired))
         try:
             async with waiting():
-                return await self._generate(state, prompt, known, room, trigger)
+                answer = await self._generate(state, prompt, known, room, trigger)
         except LLMError as exc:
             log.warning(
                 "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)
             )
+            if fired:
+                return Answer("\n\n".join(fired + ([MODEL_DOWN_NOTICE] if typed else [])))
             return Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE)
+        if fired and self._llm.name == OFFLINE:
+            return replace(answer, text="\n\n".join([*fired, answer.text]))
+        return answer
 
     async def _generate(
         self, state: TurnState, prompt: Prompt, known: _Known, room: int, trigger: StoredMessage

@@ -1,27 +1,18 @@
 """The recall tools a turn offers the model: their specs, their arguments, and each call
-run against the turn's own conversation.
-
-The model names what to read (words, a row id, a chunk id), never whose: the scope comes
-from the turn, so a call cannot reach another conversation whatever its arguments say.
+run against the turn's own conversation (the model names what to read: words, a row id,
+a chunk id; never whose).
 """
 
 from __future__ import annotations
 
-import json
-import uuid
 from datetime import date
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from gateway.clock import Clock
 from gateway.llm.base import Tool, ToolCall
+from gateway.turns.tools import BadArguments, ToolArguments, read_arguments
 from memory.recall import Recall, Scope, answer
-from memory.storage.lookups import Lookups, NewLookup
-
-# What a stored lookup keeps of a call's arguments, and a later call of the turn is shown
-# again of them: the tools take a few words, but a model can write anything there.
-MAX_ARGUMENT_CHARS = 2000
 
 # Added to the system prompt of a turn that offers the tools: when to use them.
 GUIDE = """# Looking things up
@@ -94,10 +85,7 @@ TOOLS = (
 _Query = Annotated[str, Field(min_length=1, max_length=500)]
 
 
-class _Arguments(BaseModel):
-    # A model may add keys of its own; they are ignored, never an error.
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
+class _Arguments(ToolArguments):
     async def run(self, recall: Recall, scope: Scope) -> str:
         raise NotImplementedError
 
@@ -144,44 +132,17 @@ _ARGUMENTS: dict[str, type[_Arguments]] = {
 
 
 class RecallTools:
-    """Runs a turn's tool calls, each within `scope`, and keeps them."""
+    """The recall tools, run against a turn's scope (a `ToolFamily`)."""
 
     tools: tuple[Tool, ...] = TOOLS
     guide = GUIDE
 
-    def __init__(self, recall: Recall, lookups: Lookups, clock: Clock) -> None:
+    def __init__(self, recall: Recall) -> None:
         self._recall = recall
-        self._lookups = lookups
-        self._clock = clock
 
-    async def call(self, scope: Scope, call: ToolCall) -> NewLookup:
-        """Run one call; what the model reads back (an error it can act on, if the call
-        was wrong) and what is kept of it."""
-        result = await self._answer(scope, call)
-        return NewLookup(call.name, call.arguments[:MAX_ARGUMENT_CHARS], result)
-
-    async def record(
-        self, conversation_id: uuid.UUID, message_id: int, lookups: list[NewLookup]
-    ) -> None:
-        """Keep a turn's calls with the last message it answered."""
-        await self._lookups.record(conversation_id, message_id, lookups, now=self._clock.now())
-
-    async def _answer(self, scope: Scope, call: ToolCall) -> str:
-        shape = _ARGUMENTS.get(call.name)
-        if shape is None:
-            known = ", ".join(_ARGUMENTS)
-            return answer(f"Error: there is no tool {call.name!r}; the tools are {known}.")
+    async def run(self, scope: Scope, call: ToolCall) -> str:
         try:
-            arguments = shape.model_validate(json.loads(call.arguments or "{}"))
-        except (ValueError, ValidationError) as exc:
-            return answer(f"Error: the arguments of {call.name} are not valid: {_why(exc)}")
+            arguments = read_arguments(_ARGUMENTS[call.name], call)
+        except BadArguments as exc:
+            return answer(str(exc))
         return await arguments.run(self._recall, scope)
-
-
-def _why(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'arguments'}: {error['msg']}"
-            for error in exc.errors(include_url=False, include_input=False)
-        )
-    return "they are not a JSON object"

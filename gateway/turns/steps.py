@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gateway.llm.base import ChatTurn, Tool, ToolCall, ToolStep
-from gateway.turns.recall_tools import MAX_ARGUMENT_CHARS
+from gateway.turns.tools import MAX_ARGUMENT_CHARS
 from memory.provenance import NOTICE_SOURCE, escape_typed, label
 from memory.recall import ANSWER_TOKENS, SOURCE, answer
 from memory.token_count import estimate_tokens, message_tokens, shares, shorten

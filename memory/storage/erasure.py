@@ -69,6 +69,8 @@ from memory.storage.models import (
     ProfileChange,
     RetiredFact,
     Role,
+    Schedule,
+    ScheduleFire,
     SentPart,
     User,
     Watermark,
@@ -196,6 +198,10 @@ async def _drop_conversation(session: AsyncSession, conversation: Conversation) 
     counts = await _chunk_counts(session, Chunk.conversation_id == conversation.id)
     await _forget_watermarks(session, conversation)
     await _run(session, delete(Lookup).where(Lookup.conversation_id == conversation.id))
+    # Reminders say what the person asked for, in their words: they go with it.
+    schedules = select(Schedule.id).where(Schedule.conversation_id == conversation.id)
+    await _run(session, delete(ScheduleFire).where(ScheduleFire.schedule_id.in_(schedules)))
+    await _run(session, delete(Schedule).where(Schedule.conversation_id == conversation.id))
     counts += await _drop_messages(session, Message.conversation_id == conversation.id)
     await _run(session, delete(Chunk).where(Chunk.conversation_id == conversation.id))
     await _run(session, delete(Conversation).where(Conversation.id == conversation.id))

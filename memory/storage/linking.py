@@ -28,6 +28,7 @@ from memory.storage.models import (
     ProfileChange,
     RetiredFact,
     Role,
+    Schedule,
     User,
 )
 
@@ -358,6 +359,12 @@ async def _merge_conversations(
     )
     await session.execute(
         update(Lookup).where(Lookup.conversation_id == absorbed).values(conversation_id=survivor)
+    )
+    # Reminders follow the conversation they were set in, firings and all.
+    await session.execute(
+        update(Schedule)
+        .where(Schedule.conversation_id == absorbed)
+        .values(conversation_id=survivor)
     )
     await session.execute(delete(Conversation).where(Conversation.id == absorbed))
     await session.execute(

@@ -135,40 +135,15 @@ class Messages:
         """
         # One transaction (seq, insert, redelivery): split, the seq could be reserved
         # by one statement and used by another's.
-        is_user = new.role is Role.USER
         async with self._writers, self._sessions() as session:
             if held is not None:
                 await lock_held(session, held, now)
-            # The UPDATE takes the conversation's write lock first, so concurrent
-            # inserts into one conversation get consecutive seqs without retries.
-            seq = (
-                await session.execute(
-                    update(Conversation)
-                    .where(Conversation.id == conversation_id)
-                    .values(
-                        last_seq=Conversation.last_seq + 1,
-                        last_user_seq=(
-                            Conversation.last_seq + 1 if is_user else Conversation.last_user_seq
-                        ),
-                        answered_seq=(
-                            Conversation.answered_seq
-                            if new.reply_to_seq is None
-                            else new.reply_to_seq
-                        ),
-                        last_message_at=now,
-                    )
-                    .returning(Conversation.last_seq)
-                )
-            ).scalar_one()
-            row = await session.execute(
-                insert_or_skip(session, Message)
-                .values(_row(conversation_id, seq, new, self._count_tokens(new.text), now))
-                .returning(*MESSAGE_COLUMNS)
+            stored = await store_message(
+                session, conversation_id, new, self._count_tokens(new.text), now
             )
-            stored = row.one_or_none()
             if stored is not None:
                 await session.commit()
-                return message_view(stored), True
+                return stored, True
             await session.rollback()
         existing = None
         if new.platform_message_id is not None:
@@ -285,6 +260,7 @@ class Messages:
                 Message.conversation_id == conversation_id,
                 Message.role == Role.USER,
                 Message.identity_id.is_not(None),
+                Message.source.is_(None),
             )
             .order_by(Message.seq.desc())
             .limit(1)
@@ -331,6 +307,38 @@ def _pending(row: Any) -> PendingReply:
         external_user_id=external_id or "",
         group_id=group_id if kind == ConversationKind.GROUP else None,
     )
+
+
+async def store_message(
+    session: AsyncSession, conversation_id: uuid.UUID, new: NewMessage, tokens: int, now: datetime
+) -> StoredMessage | None:
+    """Store a message under the conversation's next seq, in `session`'s transaction;
+    None if its platform id is stored already (roll back: the seq was reserved)."""
+    is_user = new.role is Role.USER
+    # The UPDATE takes the conversation's write lock first, so concurrent inserts into
+    # one conversation get consecutive seqs without retries.
+    seq = (
+        await session.execute(
+            update(Conversation)
+            .where(Conversation.id == conversation_id)
+            .values(
+                last_seq=Conversation.last_seq + 1,
+                last_user_seq=Conversation.last_seq + 1 if is_user else Conversation.last_user_seq,
+                answered_seq=(
+                    Conversation.answered_seq if new.reply_to_seq is None else new.reply_to_seq
+                ),
+                last_message_at=now,
+            )
+            .returning(Conversation.last_seq)
+        )
+    ).scalar_one()
+    row = await session.execute(
+        insert_or_skip(session, Message)
+        .values(_row(conversation_id, seq, new, tokens, now))
+        .returning(*MESSAGE_COLUMNS)
+    )
+    stored = row.one_or_none()
+    return None if stored is None else message_view(stored)
 
 
 def _row(

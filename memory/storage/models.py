@@ -24,6 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
     Uuid,
     false,
+    true,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -113,6 +114,8 @@ class User(Base):
     display_name: Mapped[str] = mapped_column(String(200), default="")
     timezone: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # `/followups off`: the assistant makes no follow-ups of its own for this person.
+    follow_ups: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
 
 
 class Identity(Base):
@@ -486,3 +489,77 @@ class ErasureCode(Base):
         ForeignKey("users.id", ondelete="CASCADE"), index=True
     )
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# -- schedules: what the assistant says first, at a person's time ----------------------
+
+
+class ScheduleKind(StrEnum):
+    REMINDER = "reminder"  # the person asked: fires at its time, quiet hours or not
+    FOLLOW_UP = "follow_up"  # the assistant's own idea: quiet hours and a daily cap
+
+
+class ScheduleState(StrEnum):
+    ACTIVE = "active"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+class FireOutcome(StrEnum):
+    SENT = "sent"  # within the grace window
+    LATE = "late"  # after it (the gateway was down): once, saying when it was due
+    HELD = "held"  # nowhere to send it yet
+    SKIPPED = "skipped"  # a follow-up past the day's cap, or with follow-ups off
+    FAILED = "failed"
+
+
+class Schedule(Base):
+    """A reminder or follow-up of one conversation. Its times are wall-clock times in
+    the person's zone (kept as text, `YYYY-MM-DDTHH:MM:SS`, no offset); `next_due_at`
+    is the next one in UTC, null once it is done or cancelled."""
+
+    __tablename__ = "schedules"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[ScheduleKind] = mapped_column(_enum(ScheduleKind))
+    text: Mapped[str] = mapped_column(Text)
+    # The first wall-clock time asked for (a repeat's start) and the zone it was read in.
+    starts_local: Mapped[str] = mapped_column(String(19))
+    zone: Mapped[str] = mapped_column(String(64))
+    # An RFC 5545 RRULE, or null for once.
+    repeat: Mapped[str | None] = mapped_column(String(500))
+    # Where it is sent; null: the channel of the person's newest typed message.
+    channel: Mapped[str | None] = mapped_column(String(32))
+    # "the person", "the assistant" or "an operator".
+    created_by: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    state: Mapped[ScheduleState] = mapped_column(_enum(ScheduleState), default=ScheduleState.ACTIVE)
+    next_local: Mapped[str | None] = mapped_column(String(19))
+    # The sweep's one indexed question: what is due by now.
+    next_due_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+
+
+class ScheduleFire(Base):
+    """One firing of a schedule. Unique on (schedule, due time): inserting this row is
+    the only way a firing happens, so each due time fires once across replicas,
+    restarts and kills."""
+
+    __tablename__ = "schedule_fires"
+    __table_args__ = (UniqueConstraint("schedule_id", "due_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    schedule_id: Mapped[int] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"))
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    fired_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    outcome: Mapped[FireOutcome] = mapped_column(_enum(FireOutcome))
+    # Due times of a repeat that passed unsent (the gateway was down), collapsed into
+    # this one firing.
+    missed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The message the firing put into the conversation (null when nothing was).
+    message_id: Mapped[int | None] = mapped_column(
+        BigId, ForeignKey("messages.id", ondelete="SET NULL")
+    )
+    detail: Mapped[str | None] = mapped_column(String(500))

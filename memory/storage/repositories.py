@@ -22,6 +22,7 @@ from memory.storage.messages import Messages
 from memory.storage.operator_sessions import OperatorSessions
 from memory.storage.pairing import Pairings
 from memory.storage.rights import Rights
+from memory.storage.schedules import Schedules
 from memory.storage.search import Search
 from memory.storage.stats import Stats
 from memory.storage.watermarks import Watermarks
@@ -47,6 +48,7 @@ class Repositories:
     lookups: Lookups
     operator_sessions: OperatorSessions
     stats: Stats
+    schedules: Schedules
 
     @classmethod
     def open(
@@ -79,4 +81,5 @@ class Repositories:
             lookups=Lookups(sessions),
             operator_sessions=OperatorSessions(sessions),
             stats=Stats(sessions),
+            schedules=Schedules(sessions, count_tokens=count_tokens),
         )

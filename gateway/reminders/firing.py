@@ -1,0 +1,216 @@
+"""Firing what is due: each due schedule becomes a turn of its conversation, once.
+
+A sweep asks the database what is due by now (one indexed query) and fires each: one
+transaction inserts the fire row, moves the schedule on and stores the message that
+starts the turn (`Schedules.fire`). A replica that finds the row taken did nothing; a
+process killed before the commit fired nothing, and the next sweep fires it. The turn
+then runs as any turn does, its reply delivered through the outbox.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+import structlog
+
+from gateway.clock import Clock
+from gateway.events.hub import Hub
+from gateway.metrics import Metrics
+from gateway.reminders.times import (
+    catch_up,
+    describe,
+    format_local,
+    instant,
+    parse_local,
+    read_repeat,
+    wall_clock,
+)
+from memory.provenance import FIRING_SOURCE
+from memory.storage.messages import Messages, NewMessage
+from memory.storage.models import FireOutcome, Role, ScheduleKind
+from memory.storage.schedules import Due, Firing, Schedules
+from memory.zones import zone
+
+log = structlog.get_logger(__name__)
+
+BATCH = 100
+
+
+class TurnRequests(Protocol):
+    def request(self, conversation_id: uuid.UUID) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QuietHours:
+    """When follow-ups wait, as wall-clock times of each person's day (may wrap
+    midnight: 22:00-08:00)."""
+
+    start: time
+    end: time
+
+    @classmethod
+    def parse(cls, text: str) -> QuietHours | None:
+        if not text:
+            return None
+        start, _, end = text.partition("-")
+        return cls(time.fromisoformat(start), time.fromisoformat(end))
+
+    def ends(self, wall: datetime) -> datetime | None:
+        """The wall-clock time the quiet hours around `wall` end; None outside them."""
+        now = wall.time()
+        if self.start <= self.end:
+            inside = self.start <= now < self.end
+        else:
+            inside = now >= self.start or now < self.end
+        if not inside:
+            return None
+        end = datetime.combine(wall.date(), self.end)
+        return end if end > wall else end + timedelta(days=1)
+
+
+class Firings:
+    def __init__(
+        self,
+        *,
+        schedules: Schedules,
+        messages: Messages,
+        turns: TurnRequests,
+        hub: Hub,
+        clock: Clock,
+        metrics: Metrics,
+        grace: timedelta,
+        quiet: QuietHours | None,
+        follow_ups_per_day: int,
+    ) -> None:
+        self._schedules = schedules
+        self._messages = messages
+        self._turns = turns
+        self._hub = hub
+        self._clock = clock
+        self._metrics = metrics
+        self._grace = grace
+        self._quiet = quiet
+        self._follow_ups_per_day = follow_ups_per_day
+
+    async def sweep(self) -> int:
+        """Fire everything due by now; how many fired."""
+        fired = 0
+        while True:
+            now = self._clock.now()
+            due = await self._schedules.due(now, BATCH)
+            for one in due:
+                try:
+                    fired += await self._fire(one, now)
+                except Exception:
+                    # One bad row must not hold up the others; it is tried again.
+                    log.exception("a reminder could not fire", schedule_id=one.schedule.id)
+            if len(due) < BATCH:
+                return fired
+
+    async def _fire(self, due: Due, now: datetime) -> int:
+        schedule = due.schedule
+        assert schedule.next_local is not None
+        assert schedule.next_due_at is not None
+        where = zone(due.timezone or schedule.zone)
+        wall = parse_local(schedule.next_local)
+        # The person moved to another zone: the same wall-clock time, there.
+        there = instant(wall, where)
+        if there > now and there != schedule.next_due_at:
+            await self._schedules.move(schedule.id, schedule.next_due_at, there)
+            return 0
+        if schedule.kind is ScheduleKind.FOLLOW_UP and due.follow_ups:
+            quiet_end = None if self._quiet is None else self._quiet.ends(wall_clock(now, where))
+            if quiet_end is not None:  # waits until they end; its due time moves there
+                await self._schedules.move(
+                    schedule.id, schedule.next_due_at, instant(quiet_end, where)
+                )
+                return 0
+        rule = (
+            None
+            if schedule.repeat is None
+            else read_repeat(schedule.repeat, parse_local(schedule.starts_local))
+        )
+        catch = catch_up(rule, wall, now, where)
+        late = now - schedule.next_due_at > self._grace
+        outcome, detail = FireOutcome.LATE if late else FireOutcome.SENT, None
+        if schedule.kind is ScheduleKind.FOLLOW_UP:
+            skipped = await self._skipped(due, now, where)
+            if skipped is not None:
+                outcome, detail = FireOutcome.SKIPPED, skipped
+        message = None
+        if outcome is not FireOutcome.SKIPPED:
+            message, detail = await self._message(due, wall, where, late, catch.passed)
+            if message is None:
+                outcome = FireOutcome.FAILED
+        taken, stored = await self._schedules.fire(
+            schedule,
+            Firing(
+                due_at=schedule.next_due_at,
+                outcome=outcome,
+                missed=catch.passed - 1,
+                detail=detail,
+                next_local=None if catch.following is None else format_local(catch.following),
+                next_due_at=None if catch.following is None else instant(catch.following, where),
+                message=message,
+            ),
+            now=now,
+        )
+        if not taken:
+            return 0  # another replica fired it
+        self._metrics.reminder_fires.labels(outcome.value).inc()
+        self._metrics.reminder_lag_seconds.observe((now - schedule.next_due_at).total_seconds())
+        log.info(
+            "reminder fired",
+            schedule_id=schedule.id,
+            outcome=outcome.value,
+            missed=catch.passed - 1,
+        )
+        if stored is not None:
+            self._hub.message(stored)
+            self._turns.request(stored.conversation_id)
+        return 1
+
+    async def _skipped(self, due: Due, now: datetime, where: ZoneInfo) -> str | None:
+        """Why a follow-up is not sent, if it is not."""
+        if not due.follow_ups:
+            return "the person turned follow-ups off"
+        midnight = datetime.combine(wall_clock(now, where).date(), time())
+        sent = await self._schedules.sent_follow_ups(
+            due.schedule.conversation_id, instant(midnight, where)
+        )
+        if sent >= self._follow_ups_per_day:
+            return f"{self._follow_ups_per_day} follow-ups were sent that day already"
+        return None
+
+    async def _message(
+        self, due: Due, wall: datetime, where: ZoneInfo, late: bool, passed: int
+    ) -> tuple[NewMessage | None, str | None]:
+        """The message that makes the firing a turn, addressed to where the reply goes:
+        the schedule's channel, else that of the person's newest typed message."""
+        schedule = due.schedule
+        addressee = await self._messages.last_from(schedule.conversation_id, schedule.channel)
+        if addressee is None and schedule.channel is not None:
+            addressee = await self._messages.last_from(schedule.conversation_id, None)
+        if addressee is None:
+            return None, "nobody has written into this conversation yet"
+        set_on = wall_clock(schedule.created_at, where)
+        text = f"Reminder: {schedule.text}"
+        if late:
+            missed = "" if passed <= 1 else f", and {passed - 1} more times after that"
+            text += (
+                f"\n(This was due {describe(wall, where)}{missed}; "
+                "it comes late because I was offline then.)"
+            )
+        source = f"{FIRING_SOURCE} {schedule.created_by} on {set_on:%a} {set_on.day} {set_on:%b %Y}"
+        message = NewMessage(
+            role=Role.USER,
+            channel=addressee.channel,
+            text=text,
+            identity_id=addressee.identity_id,
+            source=source,
+        )
+        return message, None
