@@ -416,3 +416,72 @@ async def test_a_reminder_nobody_can_be_sent_is_kept_as_failed(
         FireOutcome.FAILED,
         "nobody has written into this conversation yet",
     )
+
+
+async def test_operators_list_set_and_cancel_a_persons_reminders_over_rest(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with _gateway(database_url, tmp_path, None) as (gw, clock):
+        token, _, owner = await _visitor(gw)
+        path = f"/api/v1/users/{owner}/reminders"
+        body = {"when": "2027-03-02T09:00", "text": "call Ana", "repeat": "FREQ=DAILY;COUNT=2"}
+        keyed = {**ADMIN, "Idempotency-Key": "reminder-1"}
+        made = await gw.http.post(path, json=body, headers=keyed)
+        again = await gw.http.post(path, json=body, headers=keyed)
+        once = await gw.http.post(path, json={"when": "PT1M", "text": "stand up"}, headers=ADMIN)
+        refused = {
+            name: await gw.http.post(path, json=bad, headers=ADMIN)
+            for name, bad in {
+                "past": {"when": "2027-03-01T09:00", "text": "x"},
+                "repeat": {"when": "P1D", "text": "x", "repeat": "FREQ=SECONDLY"},
+                "unknown field": {"when": "P1D", "text": "x", "due_at": "2027-01-01"},
+                "empty text": {"when": "P1D", "text": ""},
+                "huge duration": {"when": "P99999999999D", "text": "x"},
+                "kind": {"when": "P1D", "text": "x", "kind": "nag"},
+            }.items()
+        }
+        nobody = await gw.http.post(
+            f"/api/v1/users/{uuid.uuid4()}/reminders", json=body, headers=ADMIN
+        )
+        clock.advance(timedelta(minutes=1))
+        assert await _fire(gw) == 1
+        listed = await gw.http.get(path, headers=ADMIN)
+        reminder, stood_up = made.json()["id"], once.json()["id"]
+        cancelled = await gw.http.delete(f"/api/v1/reminders/{reminder}", headers=ADMIN)
+        twice = await gw.http.delete(f"/api/v1/reminders/{reminder}", headers=ADMIN)
+        over = await gw.http.delete(f"/api/v1/reminders/{stood_up}", headers=ADMIN)
+        unknown = await gw.http.delete("/api/v1/reminders/999999", headers=ADMIN)
+        history = await gw.history(token)
+
+    assert made.status_code == 201, made.text
+    assert made.json() | {"created_at": None} == {
+        "id": reminder,
+        "kind": "reminder",
+        "text": "call Ana",
+        "when": "2027-03-02T09:00:00+01:00[Europe/Berlin]",
+        "due_at": "2027-03-02T08:00:00Z",
+        "repeat": "FREQ=DAILY;COUNT=2",
+        "state": "active",
+        "channel": None,
+        "created_by": "an operator",
+        "created_at": None,
+        "fired": 0,
+        "firings": [],
+    }
+    assert (again.status_code, again.json()["id"]) == (201, reminder)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert {name: r.status_code for name, r in refused.items()} == dict.fromkeys(refused, 422)
+    assert "is in the past" in refused["past"].json()["error"]["message"]
+    assert "FREQ one of" in refused["repeat"].json()["error"]["message"]
+    assert nobody.status_code == 404
+    items = {item["id"]: item for item in listed.json()["items"]}
+    assert listed.json()["next_cursor"] is None
+    assert items[stood_up]["state"] == "done"
+    assert items[stood_up]["when"] is None
+    assert [f["outcome"] for f in items[stood_up]["firings"]] == ["sent"]
+    assert items[stood_up]["fired"] == 1
+    assert (cancelled.status_code, twice.status_code) == (204, 204)
+    assert over.status_code == 409
+    assert unknown.status_code == 404
+    assert "[source: reminder set by an operator" not in str(history)  # never shown to people
+    assert history[-1]["text"] == "Reminder: stand up"

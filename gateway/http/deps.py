@@ -29,6 +29,7 @@ from gateway.operations import (
     PairingRequests,
     People,
     PersonProfiles,
+    PersonReminders,
     Portability,
     Retries,
     Sessions,
@@ -73,6 +74,13 @@ def _people(operations: _OperationsDep) -> People:
 
 
 PeopleDep = Annotated[People, Depends(_people)]
+
+
+def _reminders(operations: _OperationsDep) -> PersonReminders:
+    return operations.reminders
+
+
+RemindersDep = Annotated[PersonReminders, Depends(_reminders)]
 
 
 def _profiles(operations: _OperationsDep) -> PersonProfiles:

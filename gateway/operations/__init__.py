@@ -30,6 +30,7 @@ from gateway.operations.pairings import PairingRequests
 from gateway.operations.people import People
 from gateway.operations.portability import Portability
 from gateway.operations.profiles import PersonProfiles
+from gateway.operations.reminders import PersonReminders
 from gateway.operations.retries import Retries
 from gateway.operations.sessions import Sessions
 from gateway.reminders.planner import Planner
@@ -52,6 +53,7 @@ __all__ = [
     "PairingRequests",
     "People",
     "PersonProfiles",
+    "PersonReminders",
     "Portability",
     "Retries",
     "Sessions",
@@ -73,6 +75,7 @@ class Operations:
     overview: Overview  # the stats page
     idempotency: Idempotency  # a request sent twice carried out once
     health: Health  # readiness and metrics
+    reminders: PersonReminders  # a person's reminders and follow-ups
 
     @classmethod
     def build(
@@ -141,6 +144,7 @@ class Operations:
                 prompt_limit=settings.llm_context_tokens - settings.llm_max_reply_tokens,
             ),
             idempotency=Idempotency(keys=repos.idempotency, clock=clock),
+            reminders=PersonReminders(repos.directory, repos.schedules, planner),
             health=Health(
                 engine=stores.engine,
                 queue=queue,

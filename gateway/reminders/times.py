@@ -57,8 +57,11 @@ def resolve_when(when: str, now: datetime, zone: ZoneInfo) -> datetime:
     shorter are elapsed time). `BadWhen` if it names none, or one not after `now`."""
     text = when.strip()
     duration = _DURATION.match(text.upper())
-    wall = _after(duration, now, zone) if duration is not None else _local(text)
-    due = instant(wall, zone)
+    try:
+        wall = _after(duration, now, zone) if duration is not None else _local(text)
+        due = instant(wall, zone)
+    except OverflowError:  # a duration of a million years, a date near year 9999
+        raise BadWhen("that is more than ten years ahead") from None
     if due <= now:
         raise BadWhen(f"{describe(wall, zone)} is in the past; it is now {describe_now(now, zone)}")
     if due - now > MAX_AHEAD:

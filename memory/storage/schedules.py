@@ -8,7 +8,7 @@ that makes it a turn. Either all of it happened or none, whichever process dies 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -170,12 +170,8 @@ class Schedules:
         async with self._sessions() as session:
             return [_view(row) for row in await session.execute(query)]
 
-    async def fires(self, schedule_ids: Iterable[int]) -> dict[int, list[Fire]]:
-        """Each schedule's firings, oldest first."""
-        ids = list(schedule_ids)
-        found: dict[int, list[Fire]] = {schedule_id: [] for schedule_id in ids}
-        if not ids:
-            return found
+    async def fires(self, schedule_id: int, limit: int) -> tuple[int, list[Fire]]:
+        """How often a schedule fired, and its newest `limit` firings, newest first."""
         query = (
             select(
                 ScheduleFire.schedule_id,
@@ -185,13 +181,15 @@ class Schedules:
                 ScheduleFire.missed,
                 ScheduleFire.detail,
             )
-            .where(ScheduleFire.schedule_id.in_(ids))
-            .order_by(ScheduleFire.schedule_id, ScheduleFire.due_at)
+            .where(ScheduleFire.schedule_id == schedule_id)
+            .order_by(ScheduleFire.due_at.desc())
+            .limit(limit)
         )
+        counted = select(func.count()).where(ScheduleFire.schedule_id == schedule_id)
         async with self._sessions() as session:
-            for row in await session.execute(query):
-                found[row.schedule_id].append(Fire(*row))
-        return found
+            newest = [Fire(*row) for row in await session.execute(query)]
+            total = int(await session.scalar(counted) or 0) if len(newest) == limit else len(newest)
+        return total, newest
 
     async def cancel(
         self, schedule_id: int, conversation_id: uuid.UUID | None = None

@@ -2,10 +2,19 @@
 
 from fastapi import APIRouter
 
-from gateway.http.api import erasure, memory, messages, operations, people, sessions, stats
+from gateway.http.api import (
+    erasure,
+    memory,
+    messages,
+    operations,
+    people,
+    reminders,
+    sessions,
+    stats,
+)
 from gateway.http.deps import AdminDep
 from gateway.http.problems import responses
 
 router = APIRouter(prefix="/api/v1", dependencies=[AdminDep], responses=responses(401, 422, 503))
-for part in (sessions, messages, memory, people, erasure, operations, stats):
+for part in (sessions, messages, memory, people, reminders, erasure, operations, stats):
     router.include_router(part.router)

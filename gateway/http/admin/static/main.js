@@ -1,10 +1,12 @@
 // The operator dashboard: a client of the REST API (/api/v1), one module per page.
-// Routes: #/people, #/people/ID[/memory][?seq=N], #/operations, #/health.
+// Routes: #/people, #/people/ID[/memory|/reminders][?seq=N], #/operations, #/health.
 import { CSRF, newPage, reach } from "./api.js";
 import { arrive, guarded, h, setRefresh, show } from "./dom.js";
 import { healthPage } from "./health.js";
 import { operationsPage } from "./operations.js";
 import { peoplePage, personPage } from "./people.js";
+
+const TABS = ["memory", "reminders"];
 
 async function route() {
   newPage();
@@ -15,7 +17,7 @@ async function route() {
   try {
     if (parts[0] === "operations") await operationsPage();
     else if (parts[0] === "health") await healthPage();
-    else if (parts[0] === "people" && parts[1]) await personPage(parts[1], parts[2] === "memory" ? "memory" : "conversation", params);
+    else if (parts[0] === "people" && parts[1]) await personPage(parts[1], TABS.includes(parts[2]) ? parts[2] : "conversation", params);
     else await peoplePage(params);
   } catch (err) {
     if (!err.stale && err.status !== 401) show("Problem", h("h1", {}, "Something went wrong"), h("p", { role: "alert" }, err.message));

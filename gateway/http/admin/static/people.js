@@ -5,6 +5,7 @@ import { conversation } from "./conversation.js";
 import { h, refresh, show, when } from "./dom.js";
 import { memory } from "./memory.js";
 import { pairingList, waitingRequests } from "./pairing.js";
+import { reminders } from "./reminders.js";
 
 const NEEDS = [["", "everyone"], ["reply", "awaiting a reply"], ["delivery", "a failed delivery"],
   ["archive", "an archive error"], ["pairing", "a pairing request"]];
@@ -53,12 +54,14 @@ export async function personPage(id, tab, params) {
   const talk = person.conversations[0];
   const tabs = h("nav", { class: "tabs", "aria-label": "Person" },
     h("a", { href: `#/people/${id}`, "aria-current": tab === "conversation" ? "page" : null }, "Conversation"),
-    h("a", { href: `#/people/${id}/memory`, "aria-current": tab === "memory" ? "page" : null }, "Memory"));
+    h("a", { href: `#/people/${id}/memory`, "aria-current": tab === "memory" ? "page" : null }, "Memory"),
+    h("a", { href: `#/people/${id}/reminders`, "aria-current": tab === "reminders" ? "page" : null }, "Reminders"));
   const heading = h("div", {},
     h("h1", {}, person.display_name || "(no name)"),
     h("p", {}, identityBadges(person), stateBadges(person.state)));
   const body = h("div", {});
   show(person.display_name || "Person", heading, tabs, body);
   if (tab === "memory") await memory(body, person, talk);
+  else if (tab === "reminders") await reminders(body, person);
   else await conversation(body, talk, Number(params.get("seq")) || null);
 }
