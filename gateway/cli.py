@@ -202,7 +202,14 @@ def import_file(
     except (ParleyError, SchemaOutOfDate) as exc:
         _fail(str(exc))
     typer.echo(f"imported into person {counts.user_id}{' (new)' if counts.user_created else ''}")
-    for name in ("identities", "chunks", "messages", "profile_lines", "retired_facts"):
+    for name in (
+        "identities",
+        "chunks",
+        "messages",
+        "profile_lines",
+        "retired_facts",
+        "schedules",
+    ):
         tally = getattr(counts, name)
         typer.echo(f"{name}: {tally.created} created, {tally.skipped} already here")
     typer.echo(f"transcript_files: {counts.transcript_files} written")

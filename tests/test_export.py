@@ -30,6 +30,8 @@ from memory.storage.models import (
     Message,
     Profile,
     RetiredFact,
+    Schedule,
+    ScheduleFire,
 )
 from memory.storage.repositories import Repositories
 from memory.token_count import message_tokens
@@ -77,7 +79,29 @@ async def person(world: World, user_id: uuid.UUID) -> dict[str, Any]:
             "evidence": None if profile is None else _keyed(profile.evidence, key),
             "retired": [(r.text, r.reason, r.retired_at, _keyed(r.evidence, key)) for r in retired],
             "files": _transcript_files(world.archive_dir / str(conversation)),
+            "schedules": await _schedules(session, conversation),
         }
+
+
+async def _schedules(session: AsyncSession, conversation: uuid.UUID | None) -> list[Any]:
+    schedules = await session.scalars(
+        select(Schedule).where(Schedule.conversation_id == conversation).order_by(Schedule.id)
+    )
+    found = []
+    for s in schedules:
+        fires = await session.scalars(
+            select(ScheduleFire)
+            .where(ScheduleFire.schedule_id == s.id)
+            .order_by(ScheduleFire.due_at)
+        )
+        found.append(
+            (
+                s.kind, s.text, s.starts_local, s.zone, s.repeat, s.channel, s.created_by,
+                s.created_at, s.state, s.next_local, s.next_due_at,
+                [(f.due_at, f.fired_at, f.outcome, f.missed, f.detail) for f in fires],
+            )
+        )  # fmt: skip
+    return found
 
 
 def _chunk(c: Chunk, key: dict[int, tuple[int, int]]) -> tuple[Any, ...]:
@@ -140,6 +164,7 @@ async def test_export_erase_import_gives_everything_back_byte_for_byte(world: Wo
     assert counts.transcript_files == header["counts"]["transcripts"] > 0
     assert (counts.identities.created, counts.profile_lines.created) == (2, 2)
     assert counts.retired_facts.created == 1
+    assert counts.schedules.created == header["counts"]["schedules"] == 2
     after = await person(world, counts.user_id)
     assert after == before
     assert len(before["messages"]) == 48
@@ -186,7 +211,8 @@ async def test_importing_again_or_where_it_came_from_duplicates_nothing(
 
 def _created(counts: ImportCounts) -> int:
     tallies = (counts.identities, counts.chunks, counts.messages, counts.profile_lines)
-    return sum(t.created for t in (*tallies, counts.retired_facts)) + counts.transcript_files
+    others = (counts.retired_facts, counts.schedules)
+    return sum(t.created for t in (*tallies, *others)) + counts.transcript_files
 
 
 async def test_an_export_reads_the_same_a_page_at_a_time(world: World) -> None:

@@ -233,9 +233,14 @@ async def test_a_firing_within_the_grace_window_is_not_late(
         assert await _fire(gw) == 1
         [fire] = await _rows(gw, ScheduleFire)
         history = await gw.history(token)
+        metrics = (await gw.http.get("/metrics")).text
 
     assert fire.outcome is FireOutcome.SENT
     assert history[-1]["text"] == "Reminder: stand up"
+    # Counted by outcome, with the lag from due to fired (58 minutes: within 1 hour).
+    assert 'parley_reminder_fires_total{outcome="sent"} 1.0' in metrics
+    assert 'parley_reminder_lag_seconds_bucket{le="300.0"} 0.0' in metrics
+    assert 'parley_reminder_lag_seconds_bucket{le="3600.0"} 1.0' in metrics
 
 
 async def test_follow_ups_wait_out_quiet_hours_keep_the_cap_and_stop_when_turned_off(

@@ -21,6 +21,7 @@ from gateway.clock import Clock
 from gateway.events.hub import Hub
 from gateway.metrics import Metrics
 from gateway.reminders.times import (
+    BadRepeat,
     catch_up,
     describe,
     format_local,
@@ -129,11 +130,15 @@ class Firings:
                     schedule.id, schedule.next_due_at, instant(quiet_end, where)
                 )
                 return 0
-        rule = (
-            None
-            if schedule.repeat is None
-            else read_repeat(schedule.repeat, parse_local(schedule.starts_local))
-        )
+        try:
+            rule = (
+                None
+                if schedule.repeat is None
+                else read_repeat(schedule.repeat, parse_local(schedule.starts_local))
+            )
+        except BadRepeat:  # imported from a file: fires this once, then is done
+            log.warning("a reminder's repeat is unreadable", schedule_id=schedule.id)
+            rule = None
         catch = catch_up(rule, wall, now, where)
         late = now - schedule.next_due_at > self._grace
         outcome, detail = FireOutcome.LATE if late else FireOutcome.SENT, None

@@ -2,7 +2,8 @@
 
 What goes: the person, their identities, their own conversation with every message
 and chunk (transcripts and summaries, levels, seq ranges, parents), their profile
-lines with evidence, and their retired facts. Their messages in group conversations
+lines with evidence, their retired facts, and the reminders and follow-ups of their
+conversation with their firings. Their messages in group conversations
 do not: a group's history is the group's, and would not go back into it (erasure
 deletes them all the same).
 
@@ -33,6 +34,7 @@ from memory.portable.format import (
     MESSAGE,
     PROFILE_LINE,
     RETIRED_FACT,
+    SCHEDULE,
     VERSION,
     encode,
     when,
@@ -44,6 +46,8 @@ from memory.storage.models import (
     Message,
     Profile,
     RetiredFact,
+    Schedule,
+    ScheduleFire,
     User,
 )
 
@@ -66,6 +70,7 @@ class ExportCounts:
     transcripts: int
     profile_lines: int
     retired_facts: int
+    schedules: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,7 @@ class _Bounds:
     last_seq: int
     last_chunk: int
     last_retired: int
+    last_schedule: int
     first_message: dict[str, Any] | None  # its seq and time: which history this is
 
 
@@ -121,6 +127,8 @@ class Exports:
         async for line in self._profile(profile, bounds):
             yield line
         async for line in self._retired(user_id, bounds):
+            yield line
+        async for line in self._schedules(bounds):
             yield line
 
     async def _archive(self, bounds: _Bounds) -> AsyncIterator[str]:
@@ -174,6 +182,23 @@ class Exports:
                 yield encode(_retired(fact, _keyed(sources, keys)))
             last = page[-1].id
 
+    async def _schedules(self, bounds: _Bounds) -> AsyncIterator[str]:
+        """The conversation's reminders and follow-ups, each with its firings."""
+        if bounds.conversation_id is None:
+            return
+        query = (
+            select(Schedule)
+            .where(
+                Schedule.conversation_id == bounds.conversation_id,
+                Schedule.id <= bounds.last_schedule,
+            )
+            .order_by(Schedule.id)
+        )
+        for (schedule,) in await self._read(query):
+            fires = select(ScheduleFire).where(ScheduleFire.schedule_id == schedule.id)
+            fired = [row[0] for row in await self._read(fires.order_by(ScheduleFire.due_at))]
+            yield encode(_schedule(schedule, fired))
+
     async def _chunk_keys(self, bounds: _Bounds, ids: set[int]) -> dict[int, list[int]]:
         """Evidence names chunks by id: their (level, seq_start) instead, where the
         chunk is still in the conversation."""
@@ -218,8 +243,22 @@ async def _begin(session: AsyncSession, user_id: uuid.UUID) -> tuple[_Bounds, Ex
             select(func.count(), func.max(RetiredFact.id)).where(RetiredFact.user_id == user_id)
         )
     ).one()
+    schedules = (
+        await session.execute(
+            select(func.count(), func.max(Schedule.id)).where(
+                Schedule.conversation_id == conversation_id
+            )
+        )
+    ).one()
     first_message = None if first is None else {"seq": first[0], "created_at": when(first[1])}
-    bounds = _Bounds(conversation_id, last_seq, chunks[2] or 0, retired[1] or 0, first_message)
+    bounds = _Bounds(
+        conversation_id,
+        last_seq,
+        chunks[2] or 0,
+        retired[1] or 0,
+        schedules[1] or 0,
+        first_message,
+    )
     counts = ExportCounts(
         identities=await _identity_count(session, user_id),
         conversations=0 if conversation is None else 1,
@@ -228,6 +267,7 @@ async def _begin(session: AsyncSession, user_id: uuid.UUID) -> tuple[_Bounds, Ex
         transcripts=int(chunks[1]),
         profile_lines=await _profile_lines(session, user_id),
         retired_facts=int(retired[0]),
+        schedules=int(schedules[0]),
     )
     return bounds, counts
 
@@ -370,6 +410,34 @@ def _retired(fact: RetiredFact, evidence: list[dict[str, Any]] | None) -> dict[s
         "profile_revision": fact.profile_revision,
         "retired_at": when(fact.retired_at),
         "evidence": evidence,
+    }
+
+
+def _schedule(schedule: Schedule, fires: list[ScheduleFire]) -> dict[str, Any]:
+    return {
+        "type": SCHEDULE,
+        "kind": schedule.kind.value,
+        "text": schedule.text,
+        # Wall-clock times in `zone`, without an offset (YYYY-MM-DDTHH:MM:SS).
+        "starts_local": schedule.starts_local,
+        "zone": schedule.zone,
+        "repeat": schedule.repeat,
+        "channel": schedule.channel,
+        "created_by": schedule.created_by,
+        "created_at": when(schedule.created_at),
+        "state": schedule.state.value,
+        "next_local": schedule.next_local,
+        "next_due_at": when(schedule.next_due_at),
+        "fires": [
+            {
+                "due_at": when(fire.due_at),
+                "fired_at": when(fire.fired_at),
+                "outcome": fire.outcome.value,
+                "missed": fire.missed,
+                "detail": fire.detail,
+            }
+            for fire in fires
+        ],
     }
 
 

@@ -4,7 +4,8 @@ Line 1 is the header, `{"format": "parley-export", "version": 1, "exported_at",
 "user": {...}, "counts": {...}}`; every other line is a record with a `"type"`, in this
 order: `identity`, `conversation` (the person's own), `chunk` (highest level first, so
 a parent comes before its children), `message` (by seq), `profile_line` (in profile
-order), `retired_fact`. Times are ISO 8601 with their offset. The conversation names
+order), `retired_fact`, `schedule` (a reminder or follow-up of the conversation, with
+its firings). Times are ISO 8601 with their offset. The conversation names
 its first message (`first_message`: seq and time), which tells one history from another
 and is what shows that a file is the history of a person here (owner.py).
 
@@ -35,7 +36,8 @@ CHUNK = "chunk"
 MESSAGE = "message"
 PROFILE_LINE = "profile_line"
 RETIRED_FACT = "retired_fact"
-ORDER = (IDENTITY, CONVERSATION, CHUNK, MESSAGE, PROFILE_LINE, RETIRED_FACT)
+SCHEDULE = "schedule"
+ORDER = (IDENTITY, CONVERSATION, CHUNK, MESSAGE, PROFILE_LINE, RETIRED_FACT, SCHEDULE)
 
 _MAX_INT64 = 2**63 - 1
 

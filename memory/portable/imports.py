@@ -50,6 +50,7 @@ from memory.portable.format import (
     ORDER,
     PROFILE_LINE,
     RETIRED_FACT,
+    SCHEDULE,
     ExportFormatError,
     Fields,
     check_header,
@@ -163,6 +164,7 @@ class _Run:
         self._messages: list[rows.MessageRow] = []
         self._profile: list[rows.Fact] = []
         self._retired: list[rows.Fact] = []
+        self._schedules: list[rows.ScheduleRow] = []
         # Level-0 chunks imported with a transcript: their files are to be written.
         self.transcripts: list[int] = []
 
@@ -198,6 +200,10 @@ class _Run:
                 self._messages.clear()
         elif kind == PROFILE_LINE:
             self._profile.append(rows.profile_line(fields))
+        elif kind == SCHEDULE:
+            if self._tables.conversation_id is None:
+                raise fields.error("a schedule record without the conversation")
+            self._schedules.append(rows.schedule(fields))
         else:
             self._retired.append(rows.retired_fact(fields))
             if len(self._retired) >= self._page:
@@ -226,6 +232,9 @@ class _Run:
             elif kind == RETIRED_FACT:
                 await self._tables.retired(self._retired)
                 self._retired.clear()
+            elif kind == SCHEDULE:
+                await self._tables.schedules(self._schedules)
+                self._schedules.clear()
 
     async def _flush_chunks(self) -> None:
         self.transcripts += await self._tables.chunks(self._chunks)

@@ -10,7 +10,14 @@ from typing import Any
 from memory.portable.format import AuthorKey, ChunkKey, Fields
 from memory.profile.facts import Evidence
 from memory.provenance import from_gateway
-from memory.storage.models import ChunkStatus, Delivery, Role
+from memory.storage.models import (
+    ChunkStatus,
+    Delivery,
+    FireOutcome,
+    Role,
+    ScheduleKind,
+    ScheduleState,
+)
 from memory.token_count import message_tokens
 from memory.zones import known_zone
 
@@ -245,3 +252,100 @@ def _evidence(record: Fields) -> list[tuple[ChunkKey | None, tuple[int, ...], da
             raise record.error("evidence 'seqs' must be a list of whole numbers")
         read.append((fields.chunk_key("chunk"), tuple(seqs), fields.time("at")))
     return read
+
+
+# A schedule's wall-clock times: YYYY-MM-DDTHH:MM:SS, no offset.
+LOCAL = "%Y-%m-%dT%H:%M:%S"
+SCHEDULE_TEXT_CHARS = 1000
+REPEAT_CHARS = 500
+BY_CHARS = 32
+DETAIL_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class FireRow:
+    due_at: datetime
+    fired_at: datetime
+    outcome: FireOutcome
+    missed: int
+    detail: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    kind: ScheduleKind
+    text: str
+    starts_local: str
+    zone: str
+    repeat: str | None
+    channel: str | None
+    created_by: str
+    created_at: datetime
+    state: ScheduleState
+    next_local: str | None
+    next_due_at: datetime | None
+    fires: tuple[FireRow, ...]
+
+
+def schedule(record: Fields) -> ScheduleRow:
+    state = record.choice("state", ScheduleState)
+    next_local = _local_or_none(record, "next_local")
+    next_due_at = record.time_or_none("next_due_at")
+    # Only an active schedule has a next time, and it has both.
+    if state is ScheduleState.ACTIVE and (next_local is None or next_due_at is None):
+        raise record.error("an active schedule needs next_local and next_due_at")
+    if state is not ScheduleState.ACTIVE:
+        next_local, next_due_at = None, None
+    starts_local = _local_or_none(record, "starts_local")
+    if starts_local is None:
+        raise record.error("'starts_local' is missing")
+    zone = record.text("zone", limit=TIMEZONE_CHARS)
+    if not known_zone(zone):
+        raise record.error(f"unknown time zone {zone!r}")
+    return ScheduleRow(
+        kind=record.choice("kind", ScheduleKind),
+        text=" ".join(record.text("text", limit=SCHEDULE_TEXT_CHARS, cut=True).split()),
+        starts_local=starts_local,
+        zone=zone,
+        repeat=record.text_or_none("repeat", limit=REPEAT_CHARS),
+        channel=record.text_or_none("channel", limit=CHANNEL_CHARS),
+        created_by=record.text("created_by", limit=BY_CHARS, cut=True),
+        created_at=record.time("created_at"),
+        state=state,
+        next_local=next_local,
+        next_due_at=next_due_at,
+        fires=tuple(_fire(record, fire) for fire in _list(record, "fires")),
+    )
+
+
+def _local_or_none(record: Fields, name: str) -> str | None:
+    value = record.text_or_none(name, limit=19)
+    if value is None:
+        return None
+    try:
+        datetime.strptime(value, LOCAL)
+    except ValueError:
+        raise record.error(f"{name!r} must be a wall-clock time YYYY-MM-DDTHH:MM:SS") from None
+    return value
+
+
+def _list(record: Fields, name: str) -> list[Any]:
+    value = record.data.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise record.error(f"{name!r} must be a list")
+    return value
+
+
+def _fire(record: Fields, data: Any) -> FireRow:
+    if not isinstance(data, dict):
+        raise record.error("a firing must be an object")
+    fire = Fields(data, record.line, record.clean)
+    return FireRow(
+        due_at=fire.time("due_at"),
+        fired_at=fire.time("fired_at"),
+        outcome=fire.choice("outcome", FireOutcome),
+        missed=fire.integer_or_none("missed") or 0,
+        detail=fire.text_or_none("detail", limit=DETAIL_CHARS, cut=True),
+    )

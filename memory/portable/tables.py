@@ -21,7 +21,17 @@ from memory.portable.format import AuthorKey, ChunkKey
 from memory.storage import profile_rows
 from memory.storage.conversations import personal_conversation
 from memory.storage.inserts import insert_or_skip
-from memory.storage.models import Chunk, Conversation, Identity, Message, Profile, RetiredFact, User
+from memory.storage.models import (
+    Chunk,
+    Conversation,
+    Identity,
+    Message,
+    Profile,
+    RetiredFact,
+    Schedule,
+    ScheduleFire,
+    User,
+)
 
 # Who changed a profile, as its change log says.
 IMPORTED_BY = "operator: import"
@@ -42,6 +52,7 @@ class ImportCounts:
     messages: Tally
     profile_lines: Tally
     retired_facts: Tally
+    schedules: Tally
     transcript_files: int  # written under the archive directory
     # Rows of the file not imported because this database holds something else there.
     conflicts: int
@@ -73,7 +84,14 @@ class Tables:
         self._max_seq = 0
         self._counts = {
             name: _Counter()
-            for name in ("identities", "chunks", "messages", "profile_lines", "retired_facts")
+            for name in (
+                "identities",
+                "chunks",
+                "messages",
+                "profile_lines",
+                "retired_facts",
+                "schedules",
+            )
         }
         self._conflicts = 0
 
@@ -329,6 +347,59 @@ class Tables:
                     evidence=json.dumps(evidence) if evidence else None,
                 )
             )
+        await session.flush()
+
+    async def schedules(self, batch: Sequence[rows.ScheduleRow]) -> None:
+        """Reminders of the conversation, with their firings; one the conversation has
+        already (the same text, set at the same moment) is skipped."""
+        if not batch:
+            return
+        session = self._session
+        conversation_id = self.conversation_id
+        if conversation_id is None:
+            raise ValueError("schedules need the person's conversation")
+        query = select(Schedule.created_at, Schedule.text).where(
+            Schedule.conversation_id == conversation_id,
+            Schedule.created_at.in_({row.created_at for row in batch}),
+        )
+        here = {(row[0], row[1]) for row in await session.execute(query)}
+        for row in batch:
+            key = (row.created_at, row.text)
+            self._counts["schedules"].add(key not in here)
+            if key in here:
+                continue
+            here.add(key)
+            schedule = Schedule(
+                conversation_id=conversation_id,
+                kind=row.kind,
+                text=row.text,
+                starts_local=row.starts_local,
+                zone=row.zone,
+                repeat=row.repeat,
+                channel=row.channel,
+                created_by=row.created_by,
+                created_at=row.created_at,
+                state=row.state,
+                next_local=row.next_local,
+                next_due_at=row.next_due_at,
+            )
+            session.add(schedule)
+            await session.flush()
+            due_times = set()
+            for fire in row.fires:
+                if fire.due_at in due_times:  # one firing per due time, as ever
+                    continue
+                due_times.add(fire.due_at)
+                session.add(
+                    ScheduleFire(
+                        schedule_id=schedule.id,
+                        due_at=fire.due_at,
+                        fired_at=fire.fired_at,
+                        outcome=fire.outcome,
+                        missed=fire.missed,
+                        detail=fire.detail,
+                    )
+                )
         await session.flush()
 
 

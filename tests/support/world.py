@@ -27,10 +27,13 @@ from memory.storage.lookups import NewLookup
 from memory.storage.messages import NewMessage, StoredMessage
 from memory.storage.models import (
     Delivery,
+    FireOutcome,
     Identity,
     Role,
+    ScheduleKind,
 )
 from memory.storage.repositories import Repositories
+from memory.storage.schedules import Firing, NewSchedule
 from memory.token_count import message_tokens
 
 # The erased person's word, and the other person's: lower case (as a full-text index
@@ -268,10 +271,50 @@ async def _the_rest(world: World) -> None:
         [NewLookup("archive_read", '{"chunk_id": 1}', f"#9 {MARKER} group 4")],
         now=world.now(),
     )
+    await _reminders(world)
     # Direct chats on Discord, known by the message each was read up to.
     await repos.watermarks.advance("discord", "dm-ana", 9_000_021, private=True, now=T0)
     await repos.watermarks.advance("discord", "dm-bo", 8_000_005, private=True, now=T0)
     await repos.watermarks.advance("discord", "dm-unknown", 7_000_000, private=True, now=T0)
+
+
+async def _reminders(world: World) -> None:
+    """Ana's reminders: a weekly one far ahead (no sweep fires it), and one that fired."""
+    schedules, conversation = world.repos.schedules, world.ana.conversation_id
+    await schedules.add(
+        NewSchedule(
+            kind=ScheduleKind.REMINDER,
+            text=f"{MARKER} dentist",
+            starts_local="2099-01-05T09:00:00",
+            repeat="FREQ=WEEKLY;BYDAY=MO",
+            created_by="the person",
+            next_local="2099-01-05T09:00:00",
+            next_due_at=datetime(2099, 1, 5, 9, 0, tzinfo=UTC),
+            conversation_id=conversation,
+            zone="Europe/Lisbon",
+            channel=None,
+        ),
+        now=T0,
+    )
+    fired = await schedules.add(
+        NewSchedule(
+            kind=ScheduleKind.FOLLOW_UP,
+            text="ask how the move went",
+            starts_local="2026-03-01T10:00:00",
+            repeat=None,
+            created_by="the assistant",
+            next_local="2026-03-01T10:00:00",
+            next_due_at=T0 + timedelta(hours=1),
+            conversation_id=conversation,
+            zone="Europe/Lisbon",
+            channel=None,
+        ),
+        now=T0,
+    )
+    firing = Firing(
+        T0 + timedelta(hours=1), FireOutcome.SKIPPED, 0, "follow-ups were off", None, None, None
+    )
+    await schedules.fire(fired, firing, now=T0 + timedelta(hours=1))
 
 
 # -- looking at everything ---------------------------------------------------------------

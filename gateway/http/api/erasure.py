@@ -53,6 +53,7 @@ class Imported(BaseModel):
     messages: Tally
     profile_lines: Tally
     retired_facts: Tally
+    schedules: Tally
     transcript_files: int
     conflicts: int = 0
 
