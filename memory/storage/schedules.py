@@ -11,8 +11,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Row, func, select, update
+from sqlalchemy import Row, Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.inserts import insert_or_skip
@@ -252,14 +253,7 @@ class Schedules:
 
     async def due(self, now: datetime, limit: int) -> list[Due]:
         """Schedules due by `now`, soonest first: one indexed query, whatever is due."""
-        query = (
-            select(*_COLUMNS, User.timezone, User.follow_ups, Conversation.user_id)
-            .join(Conversation, Conversation.id == Schedule.conversation_id)
-            .outerjoin(User, User.id == Conversation.user_id)
-            .where(Schedule.next_due_at <= now)
-            .order_by(Schedule.next_due_at)
-            .limit(limit)
-        )
+        query = due_query(now, limit)
         async with self._sessions() as session:
             rows = (await session.execute(query)).all()
         found = []
@@ -346,6 +340,19 @@ class Schedules:
                     )
             await session.commit()
         return True, stored
+
+
+def due_query(now: datetime, limit: int) -> Select[*tuple[Any, ...]]:
+    """The sweep's one question, answered from the due-time index (a schedule that is
+    done or cancelled has no due time, so it is never in the index's range)."""
+    return (
+        select(*_COLUMNS, User.timezone, User.follow_ups, Conversation.user_id)
+        .join(Conversation, Conversation.id == Schedule.conversation_id)
+        .outerjoin(User, User.id == Conversation.user_id)
+        .where(Schedule.next_due_at <= now)
+        .order_by(Schedule.next_due_at)
+        .limit(limit)
+    )
 
 
 def _view(row: Schedule | Row[tuple[object, ...]] | tuple[object, ...]) -> StoredSchedule:
