@@ -42,6 +42,11 @@ async def _things(gw: Gateway) -> dict[str, str]:
     await gw.send(token, "hello from a visitor")
     detail = (await gw.http.get(f"/api/v1/sessions/{session}", headers=ADMIN)).json()
     history = (await gw.http.get(f"/api/v1/sessions/{session}/messages", headers=ADMIN)).json()
+    reminder = await gw.http.post(
+        f"/api/v1/users/{detail['user_id']}/reminders",
+        json={"when": "P1D", "text": "a reminder"},
+        headers=ADMIN,
+    )
     return {
         "session_id": session,
         "user_id": detail["user_id"],
@@ -50,6 +55,7 @@ async def _things(gw: Gateway) -> dict[str, str]:
         "chunk_id": "1",
         "code": "ABCD",
         "job_id": "summarize:1",
+        "reminder_id": str(reminder.json()["id"]),
     }
 
 

@@ -119,7 +119,11 @@ async def test_a_reminder_the_person_asks_for_fires_once_as_a_turn_with_the_conv
 
     # The tool said the time back, local, with weekday and zone.
     said = _tool_results(llm.requests[1])
-    assert said == ["Set #1: Mon 1 Mar 2027, 10:01 (Europe/Berlin) — reminder, once: call Ana"]
+    [row] = fires
+    made = row.schedule_id
+    assert said == [
+        f"Set #{made}: Mon 1 Mar 2027, 10:01 (Europe/Berlin) — reminder, once: call Ana"
+    ]
     # The firing is a turn: the model wrote it with the whole conversation in view.
     assert len(llm.requests) == 3
     turn = llm.requests[2]["messages"]
@@ -133,7 +137,6 @@ async def test_a_reminder_the_person_asks_for_fires_once_as_a_turn_with_the_conv
         "assistant",
         "Time to call Ana! You said she expects you before noon.",
     )
-    [row] = fires
     assert (row.outcome, row.due_at, row.missed) == (
         FireOutcome.SENT,
         START + timedelta(minutes=1),
@@ -306,21 +309,22 @@ async def test_follow_ups_wait_out_quiet_hours_keep_the_cap_and_stop_when_turned
 async def test_the_model_never_sees_nor_cancels_another_conversations_reminders(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    llm.script(
-        CallTools([("reminder_create", {"when": "P1D", "text": "dentist"})]),
-        Reply("Set."),
-        CallTools([("reminder_cancel", {"id": 1}), ("reminders_list", {})]),
-        Reply("Nothing to cancel."),
-    )
+    llm.script(CallTools([("reminder_create", {"when": "P1D", "text": "dentist"})]), Reply("Set."))
     async with _gateway(database_url, tmp_path, llm) as (gw, _):
         first, _ = await gw.visitor()
         await gw.send(first, "remind me tomorrow about the dentist")
+        [made] = await _rows(gw, Schedule)
+        llm.script(
+            CallTools([("reminder_cancel", {"id": made.id}), ("reminders_list", {})]),
+            Reply("Nothing to cancel."),
+        )
         second, _ = await gw.visitor()
-        await gw.send(second, "cancel reminder 1 and list mine")
+        await gw.send(second, "cancel that reminder and list mine")
         [theirs] = await _rows(gw, Schedule)
 
     assert _tool_results(llm.requests[3]) == [
-        "Error: there is no pending reminder #1 in this conversation (reminders_list shows them).",
+        f"Error: there is no pending reminder #{made.id} in this conversation "
+        "(reminders_list shows them).",
         "Nothing is pending.",
     ]
     assert theirs.state is ScheduleState.ACTIVE

@@ -22,10 +22,11 @@ _UTC = memory.storage.models.UTCDateTime(timezone=True)
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("users", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("follow_ups", sa.Boolean(), server_default=sa.true(), nullable=False)
-        )
+    # A plain ADD COLUMN on both: a batch would copy and drop `users` on SQLite, which
+    # failed there ("database table is locked") on a database holding people.
+    op.add_column(
+        "users", sa.Column("follow_ups", sa.Boolean(), server_default=sa.true(), nullable=False)
+    )
     op.create_table(
         "schedules",
         sa.Column("id", _ID, autoincrement=True, nullable=False),
