@@ -54,6 +54,9 @@ class Outbound:
     parts: int = 1
     # When the message it answers was sent (WhatsApp allows free text for 24 hours).
     reply_to_sent_at: datetime | None = None
+    # It writes a reminder coming due (DESIGN §9): where the platform refuses free text
+    # (WhatsApp outside its window), the connector's reminder template may carry it.
+    reminder: bool = False
 
     @property
     def chat(self) -> ChatRef:

@@ -164,6 +164,7 @@ class Services:
             hub=hub,
             clock=clock,
             metrics=metrics,
+            channels={connector.channel: connector.capabilities for connector in connectors},
             grace=timedelta(minutes=settings.reminder_grace_minutes),
             quiet=QuietHours.parse(settings.quiet_hours),
             follow_ups_per_day=settings.follow_ups_per_day,

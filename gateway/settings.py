@@ -59,6 +59,7 @@ _DEFAULT_BASE_URLS = {
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
 # scheme://host[:port], no path: what a browser sends as Origin.
+_TEMPLATE = re.compile(r"^[a-z0-9_]{1,512}:[a-z]{2,3}(_[A-Z]{2})?$")
 _QUIET_HOURS = re.compile(r"^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d$")
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 CommaFloats = Annotated[tuple[float, ...], NoDecode]
@@ -179,6 +180,9 @@ class Settings(BaseSettings):
     whatsapp_verify_token: SecretStr | None = None
     whatsapp_phone_number_id: str | None = None
     whatsapp_api_url: str = "https://graph.facebook.com/v21.0"
+    # An approved template (`name:language`, e.g. `reminder:en`) whose body has one
+    # parameter: how a reminder reaches a person outside WhatsApp's 24-hour window.
+    whatsapp_reminder_template: str | None = None
 
     telegram_policy: Policy = Policy.PAIRING
     discord_policy: Policy = Policy.PAIRING
@@ -253,6 +257,15 @@ class Settings(BaseSettings):
             zoneinfo.ZoneInfo(value)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
             raise ValueError(f"unknown IANA time zone {value!r}") from exc
+        return value
+
+    @field_validator("whatsapp_reminder_template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None and not _TEMPLATE.match(value):
+            raise ValueError(
+                f"a template is NAME:LANGUAGE (e.g. reminder:en or reminder:pt_BR), not {value!r}"
+            )
         return value
 
     @field_validator("quiet_hours")

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, 
 from fastapi.responses import PlainTextResponse
 
 from connectors.whatsapp import signature
-from connectors.whatsapp.graph import WINDOW_REASON, GraphClient
+from connectors.whatsapp.graph import WINDOW_REASON, GraphClient, WindowClosed
 from connectors.whatsapp.normalize import CHANNEL, Notification, parse
 from gateway.sdk import (
     AccessRefused,
@@ -46,6 +46,7 @@ MAX_CHARS = 4096
 WINDOW = timedelta(hours=24)
 # 80 messages a second per business number by default, inbound and outbound together.
 NUMBER_INTERVAL = 1 / 80
+TEMPLATE_PARAMETER = 1024
 
 
 class WhatsAppCore(Receiving, Receipts, Clocked, Protocol):
@@ -59,13 +60,19 @@ def create(settings: WhatsAppSettings) -> "WhatsAppConnector":
 
 class WhatsAppConnector:
     channel = CHANNEL
-    # The typing indicator shows for up to 25 seconds.
-    capabilities = Capabilities(max_length=MAX_CHARS, measure=utf16_length, typing_interval=20.0)
 
     core: WhatsAppCore  # given by start()
 
     def __init__(self, settings: WhatsAppSettings) -> None:
         self.settings = settings
+        self.capabilities = Capabilities(
+            max_length=MAX_CHARS,
+            measure=utf16_length,
+            # The typing indicator shows for up to 25 seconds.
+            typing_interval=20.0,
+            free_text_window=WINDOW,
+            reminders_past_window=settings.reminder_template is not None,
+        )
         self._app_secret = settings.app_secret.get_secret_value().encode()
         self._phone_number_id = settings.phone_number_id
         self.graph = GraphClient(
@@ -143,9 +150,21 @@ class WhatsAppConnector:
 
     async def send(self, outbound: Outbound) -> str | None:
         sent_at = outbound.reply_to_sent_at
-        if sent_at is not None and self.core.clock.now() - sent_at > WINDOW:
+        closed = sent_at is not None and self.core.clock.now() - sent_at > WINDOW
+        template = self.settings.reminder_template if outbound.reminder else None
+        if closed and template is None:
             raise Undeliverable(WINDOW_REASON)
-        answer = await self.graph.post(_text_body(outbound.external_user_id, outbound.text))
+        try:
+            # WhatsApp has the last word on its window: free text it refuses goes
+            # out as the template, if this is a reminder and one is set.
+            if closed:
+                raise WindowClosed(WINDOW_REASON)
+            answer = await self.graph.post(_text_body(outbound.external_user_id, outbound.text))
+        except WindowClosed:
+            if template is None:
+                raise
+            body = _template_body(outbound.external_user_id, template, outbound.text)
+            answer = await self.graph.post(body)
         messages = answer.get("messages")
         if isinstance(messages, list) and messages and isinstance(messages[0], dict):
             wamid = messages[0].get("id")
@@ -177,6 +196,30 @@ def _text_body(to: str, text: str) -> dict[str, Any]:
         "to": to,
         "type": "text",
         "text": {"preview_url": False, "body": text},
+    }
+
+
+def _template_body(to: str, template: tuple[str, str], text: str) -> dict[str, Any]:
+    name, language = template
+    return {
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+        "to": to,
+        "type": "template",
+        "template": {
+            "name": name,
+            "language": {"code": language},
+            # One line (WhatsApp refuses line breaks and tabs in a parameter), cut to
+            # the 1,024 characters a template's body holds.
+            "components": [
+                {
+                    "type": "body",
+                    "parameters": [
+                        {"type": "text", "text": " ".join(text.split())[:TEMPLATE_PARAMETER]}
+                    ],
+                }
+            ],
+        },
     }
 
 

@@ -22,6 +22,10 @@ WINDOW_REASON = (
 PAIR_RATE_SECONDS = 6.0
 
 
+class WindowClosed(Undeliverable):
+    """WhatsApp refused free text: the person's last message is over 24 hours old."""
+
+
 class GraphClient:
     def __init__(self, *, api_url: str, phone_number_id: str, token: str) -> None:
         self._url = f"{api_url.rstrip('/')}/{phone_number_id}/messages"
@@ -66,7 +70,7 @@ def _error(response: httpx.Response, answer: dict[str, Any]) -> DeliveryError:
     reason = f"WhatsApp error {code} ({response.status_code}): {details or error.get('message') or response.reason_phrase}"
     retry_after = parse_retry_after(response.headers.get("retry-after"))
     if code == WINDOW_CLOSED:
-        return Undeliverable(f"{WINDOW_REASON} [{reason}]")
+        return WindowClosed(f"{WINDOW_REASON} [{reason}]")
     if code in _RATE_LIMITED or response.status_code == 429:
         if retry_after is None and code == 131056:
             retry_after = PAIR_RATE_SECONDS

@@ -65,6 +65,8 @@ class WhatsAppSettings:
     verify_token: SecretStr
     phone_number_id: str
     api_url: str
+    # (name, language) of the approved template reminders go out as outside the window.
+    reminder_template: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +119,15 @@ def whatsapp_settings(settings: Settings) -> WhatsAppSettings | None:
         verify_token=_required(settings.whatsapp_verify_token, "whatsapp_verify_token"),
         phone_number_id=_required(settings.whatsapp_phone_number_id, "whatsapp_phone_number_id"),
         api_url=settings.whatsapp_api_url,
+        reminder_template=_template(settings.whatsapp_reminder_template),
     )
+
+
+def _template(value: str | None) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    name, _, language = value.partition(":")
+    return name, language
 
 
 def webchat_settings(settings: Settings) -> WebchatSettings:

@@ -16,6 +16,7 @@ from gateway.channels.port import Connector
 from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import DeliveryError
 from gateway.turns.presence import typing_while
+from memory.provenance import is_firing
 from memory.storage.messages import StoredMessage
 from memory.storage.repositories import Repositories
 
@@ -68,6 +69,7 @@ class Outbox:
             reply_to_platform_id=None if trigger is None else trigger.platform_message_id,
             group_id=chat.group_id,
             reply_to_sent_at=None if trigger is None else trigger.sent_at,
+            reminder=trigger is not None and is_firing(trigger.source),
         )
         await self._delivery.submit(outbound, sender)
 

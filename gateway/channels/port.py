@@ -77,6 +77,11 @@ class Capabilities:
     # Whether the core answers a refused person through `notify`; False where the
     # connector answers the request itself (the web chat's HTTP and socket replies).
     notices: bool = True
+    # How long after the person last wrote the platform takes free text (WhatsApp: 24
+    # hours); None: any time.
+    free_text_window: timedelta | None = None
+    # Whether a reminder may still go out past that window (an approved template).
+    reminders_past_window: bool = False
 
     @property
     def delivered_by_storing(self) -> bool:

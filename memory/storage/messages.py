@@ -251,9 +251,10 @@ class Messages:
             return [_pending(row) for row in await session.execute(query)]
 
     async def last_from(
-        self, conversation_id: uuid.UUID, channel: str | None
+        self, conversation_id: uuid.UUID, channel: str | None, *, not_on: str | None = None
     ) -> StoredMessage | None:
-        """The newest message a person typed into the conversation (on `channel`)."""
+        """The newest message a person typed into the conversation (on `channel`; not
+        on `not_on`)."""
         query = (
             select(*MESSAGE_COLUMNS)
             .where(
@@ -267,6 +268,8 @@ class Messages:
         )
         if channel is not None:
             query = query.where(Message.channel == channel)
+        if not_on is not None:
+            query = query.where(Message.channel != not_on)
         async with self._sessions() as session:
             row = (await session.execute(query)).one_or_none()
         return None if row is None else message_view(row)

@@ -548,7 +548,11 @@ class ScheduleFire(Base):
     restarts and kills."""
 
     __tablename__ = "schedule_fires"
-    __table_args__ = (UniqueConstraint("schedule_id", "due_at"),)
+    __table_args__ = (
+        UniqueConstraint("schedule_id", "due_at"),
+        # Held firings, looked for now and then to send once the person writes.
+        Index("ix_schedule_fires_outcome", "outcome"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     schedule_id: Mapped[int] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"))

@@ -22,6 +22,8 @@ from memory.storage.models import (
     Conversation,
     ConversationKind,
     FireOutcome,
+    Message,
+    Role,
     Schedule,
     ScheduleFire,
     ScheduleKind,
@@ -111,6 +113,17 @@ class Firing:
     next_local: str | None
     next_due_at: datetime | None
     message: NewMessage | None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A firing held: there was nowhere to send it then."""
+
+    fire_id: int
+    due_at: datetime
+    written: bool  # the person has typed a message since it was held
+    schedule: StoredSchedule
+    timezone: str | None  # the person's now
 
 
 class Schedules:
@@ -291,6 +304,63 @@ class Schedules:
         async with self._sessions() as session:
             return [_view(row) for row in await session.execute(query)]
 
+    async def held(self, limit: int) -> list[Held]:
+        """Held firings not sent yet, each with whether its person has typed a message
+        since it was held."""
+        written = _written_since(ScheduleFire.fired_at).label("written")
+        query = (
+            select(ScheduleFire.id, ScheduleFire.due_at, written, *_COLUMNS, User.timezone)
+            .join(Schedule, Schedule.id == ScheduleFire.schedule_id)
+            .join(Conversation, Conversation.id == Schedule.conversation_id)
+            .outerjoin(User, User.id == Conversation.user_id)
+            .where(ScheduleFire.outcome == FireOutcome.HELD)
+            .order_by(ScheduleFire.id)
+            .limit(limit)
+        )
+        async with self._sessions() as session:
+            rows = (await session.execute(query)).all()
+        found = []
+        for row in rows:
+            timezone: str | None = row.timezone
+            schedule = _view(row[3 : 3 + len(_COLUMNS)])
+            found.append(Held(row[0], row[1], bool(row[2]), schedule, timezone))
+        return found
+
+    async def release(
+        self, held: Held, message: NewMessage, *, now: datetime
+    ) -> StoredMessage | None:
+        """Store a held firing's message, once (its outcome turns to sent in the same
+        transaction): None if another replica sent it already."""
+        async with self._sessions() as session:
+            taken = await session.execute(
+                update(ScheduleFire)
+                .where(ScheduleFire.id == held.fire_id, ScheduleFire.outcome == FireOutcome.HELD)
+                .values(
+                    outcome=FireOutcome.SENT,
+                    detail=ScheduleFire.detail + "; sent once they wrote again",
+                )
+            )
+            if not taken.rowcount:  # type: ignore[attr-defined]
+                await session.rollback()
+                return None
+            stored = await store_message(
+                session,
+                held.schedule.conversation_id,
+                message,
+                self._count_tokens(message.text),
+                now,
+            )
+            if stored is None:
+                await session.rollback()
+                return None
+            await session.execute(
+                update(ScheduleFire)
+                .where(ScheduleFire.id == held.fire_id)
+                .values(message_id=stored.id)
+            )
+            await session.commit()
+        return stored
+
     async def fire(
         self, schedule: StoredSchedule, firing: Firing, *, now: datetime
     ) -> tuple[bool, StoredMessage | None]:
@@ -340,6 +410,21 @@ class Schedules:
                     )
             await session.commit()
         return True, stored
+
+
+def _written_since(fired_at: Any) -> Any:
+    """A message the person typed into the schedule's conversation after `fired_at`."""
+    return (
+        select(Message.id)
+        .where(
+            Message.conversation_id == Schedule.conversation_id,
+            Message.role == Role.USER,
+            Message.source.is_(None),
+            Message.identity_id.is_not(None),
+            Message.created_at > fired_at,
+        )
+        .exists()
+    )
 
 
 def due_query(now: datetime, limit: int) -> Select[*tuple[Any, ...]]:

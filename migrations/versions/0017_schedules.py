@@ -104,9 +104,11 @@ def upgrade() -> None:
             "schedule_id", "due_at", name=op.f("uq_schedule_fires_schedule_id_due_at")
         ),
     )
+    op.create_index("ix_schedule_fires_outcome", "schedule_fires", ["outcome"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_schedule_fires_outcome", table_name="schedule_fires")
     op.drop_table("schedule_fires")
     op.drop_index(op.f("ix_schedules_next_due_at"), table_name="schedules")
     op.drop_index(op.f("ix_schedules_conversation_id"), table_name="schedules")

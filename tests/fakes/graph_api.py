@@ -57,6 +57,7 @@ class FakeGraph:
     def __init__(self) -> None:
         self.base_url = ""
         self.texts_sent: list[dict[str, Any]] = []
+        self.templates_sent: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []
         self.attempts = 0
         self._failures: deque[GraphFail | None] = deque()
@@ -119,6 +120,8 @@ class FakeGraph:
                 {} if failure.retry_after is None else {"Retry-After": str(failure.retry_after)}
             )
             return _graph_error(failure.status, failure.code, failure.message, headers)
+        if body.get("type") == "template":
+            return self._template(body)
         text = body.get("text", {}).get("body", "")
         if body.get("type") != "text" or not text:
             return _graph_error(400, 100, "Invalid parameter")
@@ -134,6 +137,21 @@ class FakeGraph:
                 "contacts": [{"input": body["to"], "wa_id": body["to"]}],
                 "messages": [{"id": wamid}],
             }
+        )
+
+    def _template(self, body: dict[str, Any]) -> JSONResponse:
+        """An approved template with one text parameter (no line breaks or tabs)."""
+        template = body.get("template") or {}
+        [component] = template.get("components") or [{}]
+        [parameter] = component.get("parameters") or [{}]
+        text = parameter.get("text", "")
+        if not template.get("name") or not template.get("language", {}).get("code"):
+            return _graph_error(400, 100, "Invalid parameter")
+        if not text or "\n" in text or "\t" in text:
+            return _graph_error(400, 132018, "There was an issue with the parameters")
+        self.templates_sent.append(body)
+        return JSONResponse(
+            {"messaging_product": "whatsapp", "messages": [{"id": f"wamid.T{next(self._ids):06d}"}]}
         )
 
     def wamid_of(self, index: int) -> str:
