@@ -63,7 +63,8 @@ def resolve_when(when: str, now: datetime, zone: ZoneInfo) -> datetime:
     except OverflowError:  # a duration of a million years, a date near year 9999
         raise BadWhen("that is more than ten years ahead") from None
     if due <= now:
-        raise BadWhen(f"{describe(wall, zone)} is in the past; it is now {describe_now(now, zone)}")
+        which = "is now, not later" if due == now else "is in the past"
+        raise BadWhen(f"{describe(wall, zone)} {which}; it is now {describe_now(now, zone)}")
     if due - now > MAX_AHEAD:
         raise BadWhen("that is more than ten years ahead")
     return wall
@@ -184,7 +185,9 @@ def describe(wall: datetime, zone: ZoneInfo) -> str:
     """A wall-clock time as a person reads it: `Thu 3 Dec 2026, 09:00 (Europe/Berlin)`;
     one the zone skips names the time it falls on."""
     shown = wall_clock(instant(wall, zone), zone)
-    return f"{shown:%a} {shown.day} {shown:%b %Y, %H:%M} ({zone.key})"
+    # Seconds only where there are some (a duration from now): the time it fires.
+    clock = f"{shown:%H:%M}" if shown.second == 0 else f"{shown:%H:%M:%S}"
+    return f"{shown:%a} {shown.day} {shown:%b %Y}, {clock} ({zone.key})"
 
 
 def describe_now(now: datetime, zone: ZoneInfo) -> str:

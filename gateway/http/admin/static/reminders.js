@@ -23,7 +23,7 @@ function reminder(item) {
   return h("li", { "data-reminder": item.id },
     h("div", {}, h("strong", {}, item.text)),
     h("div", { class: "muted" }, `${kind} · ${next}${repeat} · set by ${item.created_by} on ${when(item.created_at)}`),
-    item.fired ? h("div", { class: "muted" }, `fired ${item.fired} times${item.fired > item.firings.length ? ", the newest shown" : ""}:`) : null,
+    item.fired ? h("div", { class: "muted" }, `${item.fired === 1 ? "fired once" : `fired ${item.fired} times`}${item.fired > item.firings.length ? ", the newest shown" : ""}:`) : null,
     item.firings.length ? firings : null,
     item.state === "active" ? action("Cancel", async () => {
       if (!confirm(`Cancel “${item.text}”?`)) return;
