@@ -36,8 +36,9 @@ from gateway.jobs.queue import EmbeddedQueue, JobQueue
 from gateway.llm import LLMProvider
 from gateway.metrics import Metrics
 from gateway.operations import Erasing, Linking, Operations
-from gateway.reminders.firing import Firings, QuietHours
+from gateway.reminders.firing import Firings
 from gateway.reminders.planner import Planner
+from gateway.reminders.times import QuietHours
 from gateway.reminders.tools import ReminderTools
 from gateway.replicas.sweeps import sweep_forever
 from gateway.secrets import require_shared_key

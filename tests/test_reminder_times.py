@@ -8,10 +8,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gateway.reminders.firing import QuietHours
 from gateway.reminders.times import (
     BadRepeat,
     BadWhen,
+    QuietHours,
     catch_up,
     describe,
     first_wall,

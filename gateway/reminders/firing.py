@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
@@ -24,6 +23,7 @@ from gateway.events.hub import Hub
 from gateway.metrics import Metrics
 from gateway.reminders.times import (
     BadRepeat,
+    QuietHours,
     catch_up,
     describe,
     format_local,
@@ -49,34 +49,6 @@ HELD_REASON = "the platform takes no free text this long after the person last w
 
 class TurnRequests(Protocol):
     def request(self, conversation_id: uuid.UUID) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class QuietHours:
-    """When follow-ups wait, as wall-clock times of each person's day (may wrap
-    midnight: 22:00-08:00)."""
-
-    start: time
-    end: time
-
-    @classmethod
-    def parse(cls, text: str) -> QuietHours | None:
-        if not text:
-            return None
-        start, _, end = text.partition("-")
-        return cls(time.fromisoformat(start), time.fromisoformat(end))
-
-    def ends(self, wall: datetime) -> datetime | None:
-        """The wall-clock time the quiet hours around `wall` end; None outside them."""
-        now = wall.time()
-        if self.start <= self.end:
-            inside = self.start <= now < self.end
-        else:
-            inside = now >= self.start or now < self.end
-        if not inside:
-            return None
-        end = datetime.combine(wall.date(), self.end)
-        return end if end > wall else end + timedelta(days=1)
 
 
 class Firings:

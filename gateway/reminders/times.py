@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from dateutil.relativedelta import relativedelta
@@ -196,3 +196,31 @@ def describe_now(now: datetime, zone: ZoneInfo) -> str:
 
 def describe_repeat(repeat: str | None) -> str:
     return "once" if repeat is None else f"repeats {repeat}"
+
+
+@dataclass(frozen=True, slots=True)
+class QuietHours:
+    """When follow-ups wait, as wall-clock times of each person's day (may wrap
+    midnight: 22:00-08:00)."""
+
+    start: time
+    end: time
+
+    @classmethod
+    def parse(cls, text: str) -> QuietHours | None:
+        if not text:
+            return None
+        start, _, end = text.partition("-")
+        return cls(time.fromisoformat(start), time.fromisoformat(end))
+
+    def ends(self, wall: datetime) -> datetime | None:
+        """The wall-clock time the quiet hours around `wall` end; None outside them."""
+        now = wall.time()
+        if self.start <= self.end:
+            inside = self.start <= now < self.end
+        else:
+            inside = now >= self.start or now < self.end
+        if not inside:
+            return None
+        end = datetime.combine(wall.date(), self.end)
+        return end if end > wall else end + timedelta(days=1)
