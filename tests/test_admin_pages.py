@@ -419,6 +419,9 @@ async def test_every_page_at_desktop_width_and_on_a_360_px_phone(
             await page.get_by_role("link", name="Memory").click()
             await _open_memory(page)
             await _shot(page, artifacts, "admin-memory" + suffix, widths, faults)
+            await page.get_by_role("link", name="Reminders").click()
+            await expect(page.locator("li[data-reminder]")).to_have_count(2)
+            await _shot(page, artifacts, "admin-reminders" + suffix, widths, faults)
             await page.get_by_role("link", name="Operations").click()
             await expect(page.locator("li[data-job]")).to_have_count(1)
             await _shot(page, artifacts, "admin-operations" + suffix, widths, faults)
@@ -428,7 +431,7 @@ async def test_every_page_at_desktop_width_and_on_a_360_px_phone(
 
     too_wide = {name: w for name, w in widths.items() if name.endswith("-360") and w > 360}
     assert too_wide == {}  # nothing sticks out sideways on a phone
-    assert len(widths) == 12
+    assert len(widths) == 14
     assert {name: found for name, found in faults.items() if found} == {}  # contrast, ARIA
 
 
