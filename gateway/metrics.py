@@ -69,6 +69,14 @@ class Metrics:
             ["channel", "outcome"],
             registry=registry,
         )
+        self.stream_previews = Counter(
+            "parley_stream_previews",
+            "Previews of replies being written on messaging apps, by channel and outcome: "
+            "sent, throttled (text that waited for the next preview, to keep the pace), "
+            "dropped (the platform refused one: that reply's previews stop).",
+            ["channel", "outcome"],
+            registry=registry,
+        )
         self.reminder_fires = Counter(
             "parley_reminder_fires",
             "Firings of reminders and follow-ups, by outcome: sent (within the grace "

@@ -45,7 +45,7 @@ from gateway.channels.port import (
     StoredMessage,
     Watermarks,
 )
-from gateway.channels.split import utf16_length
+from gateway.channels.split import split_text, utf16_length
 from gateway.envelopes import ChatRef, Inbound, Outbound
 from gateway.errors import (
     AccessRefused,
@@ -132,6 +132,7 @@ __all__ = [
     "load_platform_json",
     "parse_retry_after",
     "server_wait",
+    "split_text",
     "utf16_length",
     "validation_errors",
 ]

@@ -127,7 +127,13 @@ class Services:
         delivery = _delivery_loop(
             settings, repos, clock, metrics, shared_leases, partial(_announce, hub)
         )
-        outbox = Outbox(connectors, repos, delivery)
+        outbox = Outbox(
+            connectors,
+            repos,
+            delivery,
+            stream_interval=settings.stream_interval_ms / 1000,
+            metrics=metrics,
+        )
         planner = Planner(repos.schedules, clock, follow_ups_per_day=settings.follow_ups_per_day)
         runner = TurnRunner(
             messages=repos.messages,

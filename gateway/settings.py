@@ -153,6 +153,8 @@ class Settings(BaseSettings):
     # one may fire and still count as on time (later: once, saying it is late); when
     # follow-ups wait (in each person's zone, HH:MM-HH:MM; empty: never) and how many a
     # person gets a day (0: the assistant makes none).
+    # The least time between two previews of one reply being written (DESIGN §10).
+    stream_interval_ms: int = Field(default=750, ge=100, le=60_000)
     reminder_sweep_seconds: float = Field(default=5.0, gt=0)
     reminder_grace_minutes: int = Field(default=60, ge=0)
     quiet_hours: str = "22:00-08:00"

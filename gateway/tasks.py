@@ -1,9 +1,11 @@
-"""Ending background tasks on shutdown."""
+"""Background tasks: run beside a block, ended on shutdown."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+import contextlib
+from collections.abc import AsyncIterator, Collection, Coroutine
+from typing import Any
 
 
 async def finish_or_cancel(tasks: Collection[asyncio.Task[None]], deadline: float) -> None:
@@ -15,3 +17,16 @@ async def finish_or_cancel(tasks: Collection[asyncio.Task[None]], deadline: floa
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def alongside(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
+    """Run `work` in a task for as long as the block runs; cancelled, and waited for,
+    when the block ends."""
+    task = asyncio.create_task(work, name=name)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -4,7 +4,8 @@ Updates arrive on our own route (`POST /webhooks/telegram`, the secret token hea
 checked in constant time) or by long polling; either way an update is acknowledged
 only once the core has committed its message. Replies go out as plain text (never
 MarkdownV2, which fails on unescaped model output), split at 4096 UTF-16 units, and
-without link previews.
+without link previews; in a private chat the reply shows as a draft while it is
+written.
 """
 
 # No `from __future__ import annotations`: FastAPI must evaluate the route signatures.
@@ -47,6 +48,7 @@ from gateway.sdk import (
     TelegramMode,
     TelegramSettings,
     load_platform_json,
+    split_text,
     utf16_length,
 )
 
@@ -88,7 +90,9 @@ def create(settings: TelegramSettings) -> "TelegramConnector":
 class TelegramConnector:
     channel = CHANNEL
     # `sendChatAction` shows "typing…" for at most 5 seconds.
-    capabilities = Capabilities(max_length=MAX_CHARS, measure=utf16_length, typing_interval=4.0)
+    capabilities = Capabilities(
+        max_length=MAX_CHARS, measure=utf16_length, typing_interval=4.0, drafts=True
+    )
     core: TelegramCore  # given by start()
 
     def __init__(self, settings: TelegramSettings, bot: Bot) -> None:
@@ -248,6 +252,19 @@ class TelegramConnector:
             await self.bot.send_chat_action(target, ChatAction.TYPING)
         except TelegramError as exc:
             raise await self._delivery_error(target, exc) from None
+
+    def cut(self, text: str) -> str:
+        """What a draft shows of a reply: its first part, as it will be sent."""
+        parts = split_text(text, MAX_CHARS, utf16_length)
+        return parts[0] if parts else ""
+
+    async def draft(self, chat: ChatRef, draft_id: int, text: str) -> None:
+        """The reply so far as a draft in a private chat (groups have none)."""
+        target = self._target(chat.group_id, chat.external_user_id)
+        try:
+            await self.bot.send_message_draft(target, draft_id, text)
+        except TelegramError as exc:
+            raise delivery_error(exc) from None
 
     def _target(self, group_id: str | None, user_id: str) -> int:
         target = int(group_id or user_id)

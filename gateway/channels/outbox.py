@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import cast
 
 import structlog
 
 from gateway.channels.delivery import DeliveryLoop
 from gateway.channels.port import Connector
+from gateway.channels.previews import Drafting, drafting
 from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import DeliveryError
-from gateway.turns.presence import typing_while
+from gateway.metrics import Metrics
+from gateway.turns.presence import NO_PREVIEW, Preview, typing_while
 from memory.provenance import is_firing
 from memory.storage.messages import StoredMessage
 from memory.storage.repositories import Repositories
@@ -25,9 +28,17 @@ log = structlog.get_logger(__name__)
 
 class Outbox:
     def __init__(
-        self, connectors: Sequence[Connector], repos: Repositories, delivery: DeliveryLoop
+        self,
+        connectors: Sequence[Connector],
+        repos: Repositories,
+        delivery: DeliveryLoop,
+        *,
+        stream_interval: float = 0.75,
+        metrics: Metrics | None = None,
     ) -> None:
         self._senders = {connector.channel: connector for connector in connectors}
+        self._stream_interval = stream_interval
+        self._metrics = metrics or Metrics()
         self._messages = repos.messages
         self._identities = repos.identities
         self._deliveries = repos.deliveries
@@ -97,15 +108,22 @@ class Outbox:
         )
 
     @contextlib.asynccontextmanager
-    async def working(self, trigger: StoredMessage) -> AsyncIterator[None]:
-        """While a turn answering `trigger` runs: a typing indicator where it has one."""
+    async def working(self, trigger: StoredMessage) -> AsyncIterator[Preview]:
+        """While a turn answering `trigger` runs: a typing indicator where the channel
+        has one, and a draft of the answer where it shows drafts (private chats)."""
         sender = self._senders.get(trigger.channel)
         interval = None if sender is None else sender.capabilities.typing_interval
         if sender is None or interval is None:
-            yield
+            yield NO_PREVIEW
             return
-        async with typing_while(sender, await self.chat_of(trigger), interval):
-            yield
+        chat = await self.chat_of(trigger)
+        async with typing_while(sender, chat, interval):
+            if not sender.capabilities.drafts or chat.group_id is not None:
+                yield NO_PREVIEW
+                return
+            drafts = cast(Drafting, sender)
+            async with drafting(drafts, chat, self._stream_interval, self._metrics) as preview:
+                yield preview
 
     async def resume(self, only: int | None = None) -> None:
         """Submit every stored reply still to send (`only`: that one message): after a

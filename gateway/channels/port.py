@@ -74,6 +74,9 @@ class Capabilities:
     typing_interval: float | None = None
     # Whether a sent message can be edited in place (streaming by edits).
     edits: bool = False
+    # Whether a reply can be shown as a draft while it is written (private chats;
+    # `gateway.channels.previews.Drafting`).
+    drafts: bool = False
     # Whether the core answers a refused person through `notify`; False where the
     # connector answers the request itself (the web chat's HTTP and socket replies).
     notices: bool = True

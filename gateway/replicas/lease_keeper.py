@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
+from gateway.tasks import alongside
 from memory.storage.leases import LeaseLost, Leases
 
 log = structlog.get_logger(__name__)
@@ -108,13 +109,8 @@ async def keep(
     """Keep a lease claimed at `since` (on the clock `now`) for as long as the block
     runs; the holder asks the keeper whether it still holds it."""
     keeper = LeaseKeeper(name, renew, ttl, since=since, now=now)
-    renewing = asyncio.create_task(keeper.run(), name=f"keep:{name}")
-    try:
+    async with alongside(keeper.run(), f"keep:{name}"):
         yield keeper
-    finally:
-        renewing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renewing
 
 
 @contextlib.asynccontextmanager

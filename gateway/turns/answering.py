@@ -25,6 +25,7 @@ from gateway.llm.offline import OFFLINE
 from gateway.metrics import Metrics
 from gateway.text import clean
 from gateway.turns.live_window import KeptRenderings
+from gateway.turns.presence import NO_PREVIEW, Preview
 from gateway.turns.steps import (
     answer_tokens,
     as_turns,
@@ -140,6 +141,7 @@ class Answerer:
         trigger: StoredMessage,
         *,
         waiting: Waiting = contextlib.nullcontext,
+        preview: Preview = NO_PREVIEW,
     ) -> Answer:
         """The answer to everything `state` holds unanswered, up to `trigger`; the model's
         calls run inside `waiting` (the turn's slot lent meanwhile)."""
@@ -171,7 +173,7 @@ class Answerer:
             return Answer("\n\n".join(fired))
         try:
             async with waiting():
-                answer = await self._generate(state, prompt, known, room, trigger)
+                answer = await self._generate(state, prompt, known, room, trigger, preview)
         except LLMError as exc:
             log.warning(
                 "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)
@@ -184,7 +186,13 @@ class Answerer:
         return answer
 
     async def _generate(
-        self, state: TurnState, prompt: Prompt, known: _Known, room: int, trigger: StoredMessage
+        self,
+        state: TurnState,
+        prompt: Prompt,
+        known: _Known,
+        room: int,
+        trigger: StoredMessage,
+        preview: Preview,
     ) -> Answer:
         """Ask the model, run the recall tools it calls (up to the limit) and ask again
         with their answers, until it answers in text. The prompt's system text is the
@@ -205,7 +213,7 @@ class Answerer:
                     asked = replace(prompt, turns=last, tools=(), steps=())
                 else:
                     asked = replace(prompt, steps=carried)
-                text, calls = await self._call_model(state.conversation_id, asked)
+                text, calls = await self._call_model(state.conversation_id, asked, preview)
                 if not calls or self._recall is None:
                     break
                 if left <= 0:
@@ -229,7 +237,7 @@ class Answerer:
         return Answer(text, prompt_tokens=_size(asked, known))
 
     async def _call_model(
-        self, conversation_id: uuid.UUID, prompt: Prompt
+        self, conversation_id: uuid.UUID, prompt: Prompt, preview: Preview
     ) -> tuple[str, list[ToolCall]]:
         pieces: list[str] = []
         calls: list[ToolCall] = []
@@ -241,6 +249,7 @@ class Answerer:
         # earlier call of the turn streamed before it turned to the tools (a preamble
         # long enough to pass for an answer).
         self._hub.publish(conversation_id, Typing(conversation_id))
+        preview.restart()
         with self._metrics.model_seconds.time():
             async for piece in self._llm.stream(prompt):
                 if isinstance(piece, ToolCall):
@@ -254,14 +263,15 @@ class Answerer:
                     if sum(map(len, held)) < ANSWER_CHARS:
                         continue
                     shown, held = "".join(held), None
-                self._publish_delta(conversation_id, shown)
+                self._publish_delta(conversation_id, shown, preview)
         if held and not calls:  # short, and no tool call came: the answer after all
-            self._publish_delta(conversation_id, "".join(held))
+            self._publish_delta(conversation_id, "".join(held), preview)
         return clean("".join(pieces)).strip(), calls
 
-    def _publish_delta(self, conversation_id: uuid.UUID, text: str) -> None:
+    def _publish_delta(self, conversation_id: uuid.UUID, text: str, preview: Preview) -> None:
         if text:
             self._hub.publish(conversation_id, DeltaEvent(conversation_id, text))
+            preview.add(text)
 
     async def _scope(self, state: TurnState, answer_tokens: int) -> Scope:
         """What the turn's tools may read: its conversation, and (personal) its person;

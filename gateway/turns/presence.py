@@ -1,4 +1,4 @@
-"""Showing the person that a reply is being written (typing indicators).
+"""Showing the person that a reply is being written (typing indicators, previews).
 
 Platforms show "typing…" for a few seconds per request, so it is repeated for as long
 as the model works. A failed indicator is not worth a retry or a warning.
@@ -15,8 +15,23 @@ import structlog
 
 from gateway.envelopes import ChatRef
 from gateway.errors import DeliveryError
+from gateway.tasks import alongside
 
 log = structlog.get_logger(__name__)
+
+
+class Preview:
+    """What a turn shows of its answer while it is written (nothing, here; a draft on
+    a messaging app that has them: `gateway.channels.previews`)."""
+
+    def add(self, text: str) -> None:
+        """More of the answer."""
+
+    def restart(self) -> None:
+        """The model is asked again: what was shown is not the answer."""
+
+
+NO_PREVIEW = Preview()
 
 
 class ShowsTyping(Protocol):
@@ -27,13 +42,8 @@ class ShowsTyping(Protocol):
 async def typing_while(sender: ShowsTyping, chat: ChatRef, interval: float) -> AsyncIterator[None]:
     """Repeat `sender`'s indicator every `interval` s (a little under how long the
     platform shows one) until the block ends."""
-    task = asyncio.create_task(_keep_typing(sender, chat, interval), name=f"typing:{chat.channel}")
-    try:
+    async with alongside(_keep_typing(sender, chat, interval), f"typing:{chat.channel}"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _keep_typing(sender: ShowsTyping, chat: ChatRef, interval: float) -> None:

@@ -27,6 +27,7 @@ from gateway.metrics import Metrics
 from gateway.tasks import finish_or_cancel
 from gateway.turns.answering import Answer, Answerer, Recalling, TurnContext, TurnLimits
 from gateway.turns.leases import ConversationLeases
+from gateway.turns.presence import NO_PREVIEW, Preview
 from gateway.turns.slots import Slot, TurnSlots
 from memory.provenance import COMMAND_SOURCE
 from memory.storage.conversations import Conversations, TurnState
@@ -64,8 +65,9 @@ class ChatCommands(Protocol):
         ...
 
 
-# Held while the model writes an answer to a message (typing indicators).
-Presence = Callable[[StoredMessage], AbstractAsyncContextManager[None]]
+# Held while the model writes an answer to a message (typing indicators), and showing
+# the answer as it is written where the channel can.
+Presence = Callable[[StoredMessage], AbstractAsyncContextManager[Preview]]
 
 
 class TurnMemory(Protocol):
@@ -301,8 +303,10 @@ class TurnRunner:
         live = tuple(m for m in state.live if m.role is not Role.USER or m.seq <= upto)
         state = replace(state, live=live, unanswered=answered)
         started = time.monotonic()
-        async with self._presence(answered[-1]):
-            answer = await self._answerer.answer(state, context, answered[-1], waiting=slot.lent)
+        async with self._presence(answered[-1]) as preview:
+            answer = await self._answerer.answer(
+                state, context, answered[-1], waiting=slot.lent, preview=preview
+            )
         held = self._leases.held(state.conversation_id)
         reply = await self._finish(state, answered[-1], answer, held)
         live_tokens = sum(m.token_count for m in state.live) + reply.token_count
@@ -375,5 +379,5 @@ class TurnRunner:
 
 
 @contextlib.asynccontextmanager
-async def _no_presence(_: StoredMessage) -> AsyncIterator[None]:
-    yield
+async def _no_presence(_: StoredMessage) -> AsyncIterator[Preview]:
+    yield NO_PREVIEW

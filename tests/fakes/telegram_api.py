@@ -147,6 +147,7 @@ class FakeTelegram:
             "deleteWebhook": _true,
             "sendChatAction": _true,
             "sendMessage": self._send_message,
+            "sendMessageDraft": self._send_draft,
         }.get(method)
         if handler is None:
             return _error(404, "Not Found")
@@ -161,6 +162,27 @@ class FakeTelegram:
 
     def _get_me(self, _: dict[str, Any]) -> JSONResponse:
         return _ok(_bot_user())
+
+    def _send_draft(self, params: dict[str, Any]) -> JSONResponse:
+        """Bot API 9.5: a private chat only, a non-zero draft id, 1-4096 characters."""
+        text = str(params.get("text", ""))
+        if int(params.get("chat_id", 0)) <= 0:
+            return _error(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        if int(params.get("draft_id", 0)) == 0:
+            return _error(400, "Bad Request: draft_id must be non-zero")
+        if not text or len(text.encode("utf-16-le")) // 2 > LIMIT:
+            return _error(400, "Bad Request: text must be 1-4096 characters")
+        if "parse_mode" in params:
+            return _error(400, "Bad Request: this fake expects plain text")
+        return _true(params)
+
+    def drafts(self, chat_id: int) -> list[Call]:
+        """Drafts shown in a chat, in order."""
+        return [
+            c
+            for c in self.calls_of("sendMessageDraft")
+            if int(c.params.get("chat_id", 0)) == chat_id
+        ]
 
     def _send_message(self, params: dict[str, Any]) -> JSONResponse:
         text = str(params.get("text", ""))
