@@ -2,9 +2,9 @@
 
 Updates arrive on our own route (`POST /webhooks/telegram`, the secret token header
 checked in constant time) or by long polling; either way an update is acknowledged
-only once the core has committed its message. Replies go out as plain text (never
-MarkdownV2, which fails on unescaped model output), split at 4096 UTF-16 units, and
-without link previews; in a private chat the reply shows as a draft while it is
+only once the core has committed its message. Replies go out as plain text with
+entities for the model's Markdown (never a parse mode, which fails on unescaped model
+output), split at 4096 UTF-16 units, and without link previews; in a private chat the reply shows as a draft while it is
 written.
 """
 
@@ -23,6 +23,7 @@ from telegram.constants import ChatAction
 from telegram.error import ChatMigrated, InvalidToken, TelegramError
 
 from connectors.telegram.errors import delivery_error
+from connectors.telegram.formatting import to_entities
 from connectors.telegram.normalize import (
     CHANNEL,
     BotUser,
@@ -231,9 +232,14 @@ class TelegramConnector:
             _, _, message_id = outbound.reply_to_platform_id.partition(":")
             if message_id.isdigit():
                 reply = ReplyParameters(int(message_id), allow_sending_without_reply=True)
+        text, entities = to_entities(outbound.text)
         try:
             sent = await self.bot.send_message(
-                target, outbound.text, reply_parameters=reply, link_preview_options=NO_PREVIEW
+                target,
+                text,
+                entities=entities,
+                reply_parameters=reply,
+                link_preview_options=NO_PREVIEW,
             )
         except TelegramError as exc:
             raise await self._delivery_error(target, exc) from None
@@ -261,8 +267,9 @@ class TelegramConnector:
     async def draft(self, chat: ChatRef, draft_id: int, text: str) -> None:
         """The reply so far as a draft in a private chat (groups have none)."""
         target = self._target(chat.group_id, chat.external_user_id)
+        shown, entities = to_entities(text)
         try:
-            await self.bot.send_message_draft(target, draft_id, text)
+            await self.bot.send_message_draft(target, draft_id, shown, entities=entities)
         except TelegramError as exc:
             raise delivery_error(exc) from None
 

@@ -174,6 +174,9 @@ class FakeTelegram:
             return _error(400, "Bad Request: text must be 1-4096 characters")
         if "parse_mode" in params:
             return _error(400, "Bad Request: this fake expects plain text")
+        wrong = _entities_wrong(text, params.get("entities"))
+        if wrong is not None:
+            return _error(400, f"Bad Request: can't parse entities: {wrong}")
         return _true(params)
 
     def drafts(self, chat_id: int) -> list[Call]:
@@ -192,6 +195,9 @@ class FakeTelegram:
             return _error(400, "Bad Request: message is too long")
         if "parse_mode" in params:
             return _error(400, "Bad Request: this fake expects plain text")
+        wrong = _entities_wrong(text, params.get("entities"))
+        if wrong is not None:
+            return _error(400, f"Bad Request: can't parse entities: {wrong}")
         chat_id = int(params["chat_id"])
         params["chat_id"] = chat_id
         chat = {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
@@ -256,6 +262,21 @@ async def _params(request: Request) -> dict[str, Any]:
         except ValueError:
             params[key] = value
     return params
+
+
+def _entities_wrong(text: str, entities: Any) -> str | None:
+    """What is wrong with a message's entities, as Telegram checks them (offsets and
+    lengths in UTF-16 code units, inside the text); None if nothing."""
+    if entities is None:
+        return None
+    if isinstance(entities, str):
+        entities = json.loads(entities)
+    size = len(text.encode("utf-16-le")) // 2
+    for entity in entities:
+        offset, length = int(entity.get("offset", -1)), int(entity.get("length", 0))
+        if not entity.get("type") or offset < 0 or length <= 0 or offset + length > size:
+            return f"entity {entity} is outside a text of {size} UTF-16 units"
+    return None
 
 
 def _bot_user() -> dict[str, Any]:
