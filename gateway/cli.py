@@ -47,7 +47,11 @@ def serve() -> None:
     from gateway.logs import configure_logging, secrets_of
 
     settings = _settings()
-    configure_logging(settings.log_level.value, secrets=secrets_of(settings))
+    configure_logging(
+        settings.log_level.value,
+        secrets=secrets_of(settings),
+        log_format=settings.log_format.value,
+    )
     try:
         application = create_app(settings)
     except ParleyError as exc:
@@ -71,7 +75,11 @@ def worker() -> None:
     settings = _settings()
     if not settings.redis_url:
         _fail("invalid setting PARLEY_REDIS_URL: `parley worker` needs Redis")
-    configure_logging(settings.log_level.value, secrets=secrets_of(settings))
+    configure_logging(
+        settings.log_level.value,
+        secrets=secrets_of(settings),
+        log_format=settings.log_format.value,
+    )
     run_worker(settings)
 
 

@@ -56,8 +56,12 @@ _CAPPED = {
 }
 
 
-def configure_logging(level: str = "info", *, secrets: Iterable[str] = ()) -> None:
-    """Log at `level` to standard error; `secrets` never appear in a line."""
+def configure_logging(
+    level: str = "info", *, secrets: Iterable[str] = (), log_format: str = "auto"
+) -> None:
+    """Log at `level` to standard error, as readable lines (`console`) or one JSON
+    object a line (`json`; `auto`: readable on a terminal, JSON for a collector);
+    `secrets` never appear in a line."""
     numeric = logging.getLevelName(level.upper())
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -65,9 +69,10 @@ def configure_logging(level: str = "info", *, secrets: Iterable[str] = ()) -> No
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    readable = log_format == "console" or (log_format == "auto" and sys.stderr.isatty())
     renderer: Processor = (
-        structlog.dev.ConsoleRenderer()
-        if sys.stderr.isatty()
+        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        if readable
         else structlog.processors.JSONRenderer()
     )
     structlog.configure(

@@ -40,6 +40,12 @@ class LogLevel(StrEnum):
     ERROR = "error"
 
 
+class LogFormat(StrEnum):
+    AUTO = "auto"  # readable lines on a terminal, JSON otherwise
+    CONSOLE = "console"
+    JSON = "json"
+
+
 class UncertainParts(StrEnum):
     """What to do with a reply part whose send was cut short by a crash."""
 
@@ -76,6 +82,7 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path("./data")
     log_level: LogLevel = LogLevel.INFO
+    log_format: LogFormat = LogFormat.AUTO
     database_url: str | None = None
     redis_url: str | None = None
     host: str = "127.0.0.1"

@@ -200,3 +200,37 @@ def test_every_secret_of_the_settings_is_cut_out_of_any_line(tmp_path: Path) -> 
     for secret in ("AAleaky-library-token", "qzdbpassword", "sk-leaky-library-key", "qz"):
         assert secret not in done.stderr
     assert [str(line).count("[redacted]") for line in lines] == [1, 1, 1, 1, 1], done.stderr
+
+
+async def test_console_format_is_readable_and_keeps_the_access_fields(tmp_path: Path) -> None:
+    """`PARLEY_LOG_FORMAT=console` writes readable lines even into a pipe (a terminal
+    gets them by default): no JSON, the access line's fields still there, secrets cut."""
+    port = free_port()
+    env = parley_env(
+        port=str(port),
+        data_dir=str(tmp_path / "data"),
+        log_format="console",
+        admin_token="qzconsole-admin-token-0123",
+    )
+    async with parley_serve(env, tmp_path) as process:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            seen = await client.get(
+                "/api/v1/stats", headers={"Authorization": "Bearer qzconsole-admin-token-0123"}
+            )
+        stderr = await process.stop()
+
+    assert seen.status_code == 200
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert not any(line.lstrip().startswith("{") for line in lines)
+    [access] = [line for line in lines if "request" in line and "/api/v1/stats" in line]
+    for field in ("method=GET", "path=/api/v1/stats", "status=200", "ms=", "request_id="):
+        assert field in access, access
+    assert "qzconsole-admin-token" not in stderr
+
+
+def test_an_unknown_log_format_stops_the_start_naming_the_setting(tmp_path: Path) -> None:
+    env = parley_env(data_dir=str(tmp_path / "data"), log_format="xml")
+    done = run_python("-m", "gateway", "serve", env=env, cwd=REPO)
+
+    assert done.returncode != 0
+    assert "log_format" in (done.stderr + done.stdout).lower()
