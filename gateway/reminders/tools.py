@@ -18,45 +18,35 @@ from gateway.turns.tools import ToolArguments, read_arguments
 from memory.recall import Scope
 from memory.storage.models import ScheduleKind
 
-GUIDE = """# Reminders and follow-ups
+GUIDE = """# Reminders
 
-When the person asks to be reminded of something, call `reminder_create` with the
-local time they mean (in their zone, as the clock above shows it) or a duration from
-now, and a repeat if they ask for one; then tell them the time the tool says back.
-`follow_up_create` is for your own idea of checking in later (how an interview went):
-use it sparingly, only when the person would welcome it. `reminders_list` shows what is
-pending, `reminder_cancel` cancels one. A message behind `[source: reminder set by …]`
-is one of these coming due: write it to the person now, in your own words."""
+When the person asks to be reminded, call `reminder_create` with the local time they
+mean (their zone, as above) or a duration, then tell them the time it says back.
+`follow_up_create` is your own check-in later: use it sparingly. A message behind
+`[source: reminder set by …]` is one coming due: write it to them now."""
 
 _WHEN = {
     "type": "string",
-    "description": "a local date-time YYYY-MM-DDTHH:MM in the person's zone, or an "
-    "ISO 8601 duration from now (PT20M, PT2H, P1D)",
+    "description": "local YYYY-MM-DDTHH:MM, or an ISO 8601 duration (PT20M, P1D)",
 }
-_TEXT = {"type": "string", "description": "what to remind of, in a few words"}
+_TEXT = {"type": "string", "description": "what it is about, in a few words"}
 TOOLS = (
     Tool(
         "reminder_create",
-        "Set a reminder the person asked for. It fires at that time even in their quiet "
-        "hours, and you write it to them then with the conversation in view.",
+        "Set a reminder the person asked for (it fires even in their quiet hours).",
         {
             "type": "object",
             "properties": {
                 "when": _WHEN,
                 "text": _TEXT,
-                "repeat": {
-                    "type": "string",
-                    "description": "optional RFC 5545 RRULE, e.g. FREQ=WEEKLY;BYDAY=MO or "
-                    "FREQ=DAILY;COUNT=5",
-                },
+                "repeat": {"type": "string", "description": "RRULE, e.g. FREQ=WEEKLY;BYDAY=MO"},
             },
             "required": ["when", "text"],
         },
     ),
     Tool(
         "follow_up_create",
-        "Plan a message of your own to the person later (ask how something went). It "
-        "waits out their quiet hours, and a few a day at most are sent.",
+        "Plan your own check-in with the person (waits out quiet hours; a few a day).",
         {
             "type": "object",
             "properties": {"when": _WHEN, "text": _TEXT},
@@ -65,13 +55,12 @@ TOOLS = (
     ),
     Tool(
         "reminders_list",
-        "The pending reminders and follow-ups of this conversation, with their ids and "
-        "local times.",
+        "Pending reminders and follow-ups here, with ids and local times.",
         {"type": "object", "properties": {}},
     ),
     Tool(
         "reminder_cancel",
-        "Cancel a pending reminder or follow-up by its id (from reminders_list).",
+        "Cancel a pending reminder or follow-up by id.",
         {
             "type": "object",
             "properties": {"id": {"type": "integer", "minimum": 1}},
