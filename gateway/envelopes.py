@@ -57,6 +57,9 @@ class Outbound:
     # It writes a reminder coming due (DESIGN §9): where the platform refuses free text
     # (WhatsApp outside its window), the connector's reminder template may carry it.
     reminder: bool = False
+    # The platform id of a message that showed the reply while it was written (DESIGN
+    # §10): this part is edited into it rather than sent as a new message.
+    replaces: str | None = None
 
     @property
     def chat(self) -> ChatRef:

@@ -45,7 +45,7 @@ from gateway.channels.port import (
     StoredMessage,
     Watermarks,
 )
-from gateway.channels.split import split_text, utf16_length
+from gateway.channels.split import close_fences, split_text, utf16_length
 from gateway.envelopes import ChatRef, Inbound, Outbound
 from gateway.errors import (
     AccessRefused,
@@ -127,6 +127,7 @@ __all__ = [
     "WebchatSettings",
     "WhatsAppSettings",
     "clean",
+    "close_fences",
     "finish_or_cancel",
     "full_jitter",
     "load_platform_json",

@@ -160,12 +160,17 @@ class Settings(BaseSettings):
     # one may fire and still count as on time (later: once, saying it is late); when
     # follow-ups wait (in each person's zone, HH:MM-HH:MM; empty: never) and how many a
     # person gets a day (0: the assistant makes none).
-    # The least time between two previews of one reply being written (DESIGN §10).
-    stream_interval_ms: int = Field(default=750, ge=100, le=60_000)
     reminder_sweep_seconds: float = Field(default=5.0, gt=0)
     reminder_grace_minutes: int = Field(default=60, ge=0)
     quiet_hours: str = "22:00-08:00"
     follow_ups_per_day: int = Field(default=2, ge=0)
+    # The least time between two previews of one reply being written (DESIGN §10); a
+    # platform's own limits may space edited previews further (Telegram groups: 3 s).
+    stream_interval_ms: int = Field(default=750, ge=100, le=60_000)
+    # Telegram groups and Discord: show a reply as it is written in one message, edited
+    # as it grows (off: the typing indicator only).
+    telegram_stream_edits: bool = False
+    discord_stream_edits: bool = False
     embedded_job_concurrency: int = Field(default=2, ge=1)
     profile_tidy_at_chars: int = Field(default=40_000, ge=1_000)
     profile_tidy_target_chars: int = Field(default=30_000, ge=500)

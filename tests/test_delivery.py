@@ -22,7 +22,7 @@ from gateway.channels.outbox import Outbox
 from gateway.channels.pacing import Pacer
 from gateway.channels.port import Pace
 from gateway.channels.shared_pacing import RedisPacer
-from gateway.channels.split import split_text, utf16_length
+from gateway.channels.split import close_fences, split_text, utf16_length
 from memory.storage.engine import create_engine, session_factory
 from memory.storage.leases import Leases
 from memory.storage.messages import NewMessage
@@ -145,6 +145,19 @@ def test_split_code_blocks_close_and_reopen_and_keep_every_line(text: str, limit
     assert all(
         line.rstrip() in part_lines for line in code_lines if utf16_length(line) < limit // 2
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_replies_with_code(), cut=st.floats(0, 1))
+def test_a_reply_cut_short_while_it_is_written_shows_its_code_blocks_closed(
+    text: str, cut: float
+) -> None:
+    written = text[: int(len(text) * cut)]
+    shown = close_fences(written)
+
+    assert len(FENCE_LINE.findall(shown)) % 2 == 0, shown
+    assert shown.startswith(written)
+    assert close_fences(shown) == shown
 
 
 def test_a_long_code_block_is_cut_between_lines_and_reopened_with_its_language() -> None:

@@ -213,10 +213,7 @@ async def test_a_replica_killed_mid_turn_leaves_the_conversation_to_the_other(
         database_url=database_url,
         data_dir=str(tmp_path / "killed"),
         port=str(port),
-        llm_provider="openai",
-        llm_base_url=llm.openai_base,
-        llm_api_key="sk-test-key-that-must-not-leak",
-        llm_model="fake-model",
+        **llm.settings(),
         **{key: str(value) for key, value in fast.items()},
     )
     doomed = await start_parley("serve", env=env, cwd=REPO)

@@ -11,7 +11,9 @@ seen has no watermark: a fresh install replays nothing.
 DMs join the person's own conversation; a guild channel or thread is a group
 conversation, answered when the bot is mentioned or replied to. Each reply part carries
 a nonce made from the reply and the part, with `enforce_nonce`, so a part resent after a
-crash inside the send is dropped by Discord itself.
+crash inside the send is dropped by Discord itself. Where the operator turns it on, a
+reply shows while it is written in one message, edited as it grows (code blocks kept
+closed) and finished by editing the reply's first part in.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ from gateway.sdk import (
     Singletons,
     Undeliverable,
     Watermarks,
+    close_fences,
     full_jitter,
+    split_text,
 )
 
 log = structlog.get_logger(__name__)
@@ -57,6 +61,8 @@ MAX_CHARS = 2000
 CHANNEL_INTERVAL = 1.0
 BOT_INTERVAL = 0.02
 TYPING_SECONDS = 8.0  # a typing indicator shows for 10 s
+# Edits share a channel's 5 per 5 s: a preview takes at most 4, leaving the reply room.
+PREVIEW_INTERVAL = 1.25
 RECONNECT_BASE_SECONDS = 1.0
 RECONNECT_MAX_SECONDS = 60.0
 # A message flag, on every message: Discord's servers fetch a link to embed it, and a
@@ -81,11 +87,16 @@ def create(settings: DiscordSettings) -> DiscordConnector:
 
 class DiscordConnector:
     channel = CHANNEL
-    capabilities = Capabilities(max_length=MAX_CHARS, typing_interval=TYPING_SECONDS)
     router: APIRouter | None = None
     core: DiscordCore  # given by start()
 
     def __init__(self, settings: DiscordSettings) -> None:
+        self.capabilities = Capabilities(
+            max_length=MAX_CHARS,
+            typing_interval=TYPING_SECONDS,
+            edits=True,
+            stream_edits=settings.stream_edits,
+        )
         self._token = settings.token.get_secret_value()
         self._api_url = settings.api_url
         self._gateway_url = settings.gateway_url
@@ -238,6 +249,13 @@ class DiscordConnector:
         return (Pace((CHANNEL, where), CHANNEL_INTERVAL), Pace((CHANNEL,), BOT_INTERVAL))
 
     async def send(self, outbound: Outbound) -> str | None:
+        if outbound.replaces is not None:
+            try:
+                await self._edit(outbound.chat, outbound.replaces, outbound.text)
+            except discord.NotFound:
+                pass  # deleted meanwhile: the part goes out as a new message
+            else:
+                return outbound.replaces
         payload: dict[str, object] = {
             "content": outbound.text,
             # A model's "@everyone" or "<@id>" pings nobody.
@@ -254,6 +272,53 @@ class DiscordConnector:
             }
         sent = await self._post(await self._channel_of(outbound.chat), payload)
         return str(sent["id"])
+
+    def cut(self, text: str) -> str:
+        """What a preview shows of a reply: its first part, as it will be sent, with a
+        code block still being written closed."""
+        parts = split_text(text, MAX_CHARS)
+        return close_fences(parts[0]) if parts else ""
+
+    def edit_interval(self, chat: ChatRef) -> float:
+        return PREVIEW_INTERVAL
+
+    async def open_preview(self, chat: ChatRef, text: str) -> str:
+        payload: dict[str, object] = {
+            "content": text,
+            "allowed_mentions": {"parse": []},
+            "flags": SUPPRESS_EMBEDS,
+        }
+        if chat.group_id and chat.platform_message_id:
+            payload["message_reference"] = {
+                "message_id": chat.platform_message_id,
+                "fail_if_not_exists": False,
+            }
+        sent = await self._post(await self._channel_of(chat), payload)
+        return str(sent["id"])
+
+    async def edit_preview(self, chat: ChatRef, platform_id: str, text: str) -> None:
+        try:
+            await self._edit(chat, platform_id, text)
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            raise _delivery_error(exc) from None
+
+    async def _edit(self, chat: ChatRef, platform_id: str, text: str) -> None:
+        """Show `text` in the message `platform_id` instead (`discord.NotFound`: it is
+        gone)."""
+        client = self._ready_client()
+        route = Route(
+            "PATCH",
+            "/channels/{channel_id}/messages/{message_id}",
+            channel_id=await self._channel_of(chat),
+            message_id=int(platform_id),
+        )
+        payload = {"content": text, "allowed_mentions": {"parse": []}, "flags": SUPPRESS_EMBEDS}
+        try:
+            await client.http.request(route, json=payload)
+        except discord.NotFound:
+            raise
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            raise _delivery_error(exc) from None
 
     async def notify(self, chat: ChatRef, text: str) -> None:
         payload: dict[str, object] = {

@@ -4,8 +4,9 @@ Updates arrive on our own route (`POST /webhooks/telegram`, the secret token hea
 checked in constant time) or by long polling; either way an update is acknowledged
 only once the core has committed its message. Replies go out as plain text with
 entities for the model's Markdown (never a parse mode, which fails on unescaped model
-output), split at 4096 UTF-16 units, and without link previews; in a private chat the reply shows as a draft while it is
-written.
+output), split at 4096 UTF-16 units, and without link previews. A reply shows while it
+is written: as a draft in a private chat, and in a group (where the operator turns it
+on) as one message edited as it grows, finished by editing the reply's first part in.
 """
 
 # No `from __future__ import annotations`: FastAPI must evaluate the route signatures.
@@ -20,7 +21,7 @@ import structlog
 from fastapi import APIRouter, Header, HTTPException, Request, Response, status
 from telegram import Bot, LinkPreviewOptions, ReplyParameters, Update
 from telegram.constants import ChatAction
-from telegram.error import ChatMigrated, InvalidToken, TelegramError
+from telegram.error import BadRequest, ChatMigrated, InvalidToken, TelegramError
 
 from connectors.telegram.errors import delivery_error
 from connectors.telegram.formatting import to_entities
@@ -48,6 +49,7 @@ from gateway.sdk import (
     Singletons,
     TelegramMode,
     TelegramSettings,
+    Undeliverable,
     load_platform_json,
     split_text,
     utf16_length,
@@ -70,6 +72,10 @@ BOT_INTERVAL = 1 / 30
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 
 
+class PreviewGone(Exception):
+    """The message a preview was edited in is no longer there (someone deleted it)."""
+
+
 class TelegramCore(Receiving, GroupMoves, Singletons, Protocol):
     """The roles of the core this connector uses: updates in, a group that became a
     supergroup, and one poller at a time."""
@@ -90,15 +96,20 @@ def create(settings: TelegramSettings) -> "TelegramConnector":
 
 class TelegramConnector:
     channel = CHANNEL
-    # `sendChatAction` shows "typing…" for at most 5 seconds.
-    capabilities = Capabilities(
-        max_length=MAX_CHARS, measure=utf16_length, typing_interval=4.0, drafts=True
-    )
     core: TelegramCore  # given by start()
 
     def __init__(self, settings: TelegramSettings, bot: Bot) -> None:
         self.settings = settings
         self.bot = bot
+        # `sendChatAction` shows "typing…" for at most 5 seconds.
+        self.capabilities = Capabilities(
+            max_length=MAX_CHARS,
+            measure=utf16_length,
+            typing_interval=4.0,
+            drafts=True,
+            edits=True,
+            stream_edits=settings.stream_edits,
+        )
         self._me: BotUser | None = None
         # Groups that became supergroups: replies follow them to their new id.
         self._migrated: dict[int, int] = {}
@@ -224,15 +235,26 @@ class TelegramConnector:
         return (Pace((CHANNEL, target), interval), Pace((CHANNEL,), BOT_INTERVAL))
 
     async def send(self, outbound: Outbound) -> str | None:
-        target = self._target(outbound.group_id, outbound.external_user_id)
-        reply = None
+        if outbound.replaces is not None:
+            try:
+                await self._edit(outbound.replaces, outbound.text)
+            except PreviewGone:
+                pass  # deleted meanwhile: the part goes out as a new message
+            else:
+                return outbound.replaces
         # In a group, the first part answers the message visibly; in a private chat
         # the answer is plain.
-        if outbound.group_id and outbound.part == 0 and outbound.reply_to_platform_id:
-            _, _, message_id = outbound.reply_to_platform_id.partition(":")
+        answers = outbound.reply_to_platform_id if outbound.part == 0 else None
+        return await self._send(outbound.chat, outbound.text, answers)
+
+    async def _send(self, chat: ChatRef, markdown: str, answers: str | None) -> str:
+        target = self._target(chat.group_id, chat.external_user_id)
+        reply = None
+        if chat.group_id and answers:
+            _, _, message_id = answers.partition(":")
             if message_id.isdigit():
                 reply = ReplyParameters(int(message_id), allow_sending_without_reply=True)
-        text, entities = to_entities(outbound.text)
+        text, entities = to_entities(markdown)
         try:
             sent = await self.bot.send_message(
                 target,
@@ -244,6 +266,28 @@ class TelegramConnector:
         except TelegramError as exc:
             raise await self._delivery_error(target, exc) from None
         return message_key(sent.chat.id, sent.message_id)
+
+    async def _edit(self, key: str, markdown: str) -> None:
+        """Show `markdown` in the message `key` (chat:message) instead."""
+        chat_id, _, message_id = key.partition(":")
+        text, entities = to_entities(markdown)
+        try:
+            await self.bot.edit_message_text(
+                text,
+                chat_id=int(chat_id),
+                message_id=int(message_id),
+                entities=entities,
+                link_preview_options=NO_PREVIEW,
+            )
+        except BadRequest as exc:
+            reason = exc.message.lower()
+            if "message is not modified" in reason:
+                return  # it shows this already
+            if "message to edit not found" in reason:
+                raise PreviewGone(key) from None
+            raise delivery_error(exc) from None
+        except TelegramError as exc:
+            raise await self._delivery_error(int(chat_id), exc) from None
 
     async def notify(self, chat: ChatRef, text: str) -> None:
         target = self._target(chat.group_id, chat.external_user_id)
@@ -272,6 +316,19 @@ class TelegramConnector:
             await self.bot.send_message_draft(target, draft_id, shown, entities=entities)
         except TelegramError as exc:
             raise delivery_error(exc) from None
+
+    def edit_interval(self, chat: ChatRef) -> float:
+        return GROUP_INTERVAL if chat.group_id else CHAT_INTERVAL
+
+    async def open_preview(self, chat: ChatRef, text: str) -> str:
+        """The reply so far, as the message it will be edited into."""
+        return await self._send(chat, text, chat.platform_message_id)
+
+    async def edit_preview(self, chat: ChatRef, platform_id: str, text: str) -> None:
+        try:
+            await self._edit(platform_id, text)
+        except PreviewGone:
+            raise Undeliverable("the preview message was deleted") from None
 
     def _target(self, group_id: str | None, user_id: str) -> int:
         target = int(group_id or user_id)

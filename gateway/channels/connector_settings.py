@@ -45,6 +45,8 @@ class TelegramSettings:
     # Parley's public address, where Telegram is told to post updates; None: the
     # webhook is registered by hand.
     public_url: str | None
+    # Show a reply as it is written in groups, in one message edited as it grows.
+    stream_edits: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +58,8 @@ class DiscordSettings:
     # fetched (at most `backfill_messages` a chat, the newest).
     backfill_hours: float
     backfill_messages: int
+    # Show a reply as it is written, in one message edited as it grows.
+    stream_edits: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +99,7 @@ def telegram_settings(settings: Settings) -> TelegramSettings | None:
         mode=settings.telegram_mode,
         api_url=settings.telegram_api_url,
         public_url=settings.public_url,
+        stream_edits=settings.telegram_stream_edits,
     )
 
 
@@ -107,6 +112,7 @@ def discord_settings(settings: Settings) -> DiscordSettings | None:
         gateway_url=settings.discord_gateway_url,
         backfill_hours=settings.discord_backfill_hours,
         backfill_messages=settings.discord_backfill_messages,
+        stream_edits=settings.discord_stream_edits,
     )
 
 

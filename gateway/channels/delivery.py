@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
@@ -26,7 +26,7 @@ from gateway.channels.pacing import Pacer, Pacing
 from gateway.channels.port import Connector
 from gateway.channels.split import split_text
 from gateway.clock import Clock
-from gateway.envelopes import Outbound
+from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import DeliveryError, Undeliverable
 from gateway.metrics import Metrics
 from gateway.replicas.lease_keeper import Fence, Unshared, hold
@@ -37,6 +37,9 @@ from memory.storage.leases import Leases
 from memory.storage.models import Delivery
 
 log = structlog.get_logger(__name__)
+
+# Preview texts remembered for a finishing edit that may be skipped (a few per chat).
+_PREVIEWS_KEPT = 1000
 
 # Told of a reply whose delivery moved on (sent, failed for good, or pending again).
 Announce = Callable[[DeliveryMoved], None]
@@ -95,6 +98,9 @@ class DeliveryLoop:
         # so a part the platform took is recorded and never sent twice.
         self._sending: set[Hashable] = set()
         self._closing = False
+        # What each preview message last showed (by platform id): a first part that
+        # reads the same needs no finishing edit. In this process only, and bounded.
+        self._previewed: OrderedDict[str, str] = OrderedDict()
 
     async def submit(self, outbound: Outbound, sender: Connector) -> None:
         """Deliver a stored, pending reply; returns once it is queued (or sent inline)."""
@@ -108,6 +114,18 @@ class DeliveryLoop:
         self._lanes.setdefault(lane, deque()).append(_Job(outbound, sender))
         if lane not in self._workers:
             self._workers[lane] = asyncio.create_task(self._work(lane), name=f"deliver:{lane}")
+
+    def previewed(self, platform_id: str, text: str) -> None:
+        """A preview message shows `text` as it stops being edited."""
+        self._previewed[platform_id] = text
+        if len(self._previewed) > _PREVIEWS_KEPT:
+            self._previewed.popitem(last=False)
+
+    async def penalty(self, sender: Connector, chat: ChatRef, seconds: float) -> None:
+        """The platform asked for `seconds` of quiet in `chat` (a preview met a 429):
+        nothing goes out there meanwhile, the reply's parts included."""
+        where = Outbound(0, chat.channel, chat.external_user_id, "", group_id=chat.group_id)
+        await self._pacer.hold(sender.pacing(where), seconds)
 
     @property
     def busy(self) -> bool:
@@ -173,10 +191,13 @@ class DeliveryLoop:
 
     async def _deliver(self, lane: Hashable, job: _Job, lease: Fence) -> None:
         outbound, sender = job.outbound, job.sender
-        state = await self._deliveries.state(outbound.message_id)
+        caps = sender.capabilities
+        chat = outbound.group_id or outbound.external_user_id
+        state = await self._deliveries.state(
+            outbound.message_id, preview_in=chat if caps.edits else None
+        )
         if state is None or state.delivery is not Delivery.PENDING:
             return  # delivered meanwhile, or deleted
-        caps = sender.capabilities
         assert caps.max_length is not None  # checked in submit()
         parts = split_text(outbound.text, caps.max_length, caps.measure) or [outbound.text]
         failures = state.attempts
@@ -186,6 +207,8 @@ class DeliveryLoop:
         moved = None  # where the last part's write moved the reply
         for index in range(start, len(parts)):
             part = replace(outbound, text=parts[index], part=index, parts=len(parts))
+            if index == 0:
+                part = replace(part, replaces=state.preview)
             while True:
                 await self._pacer.wait(sender.pacing(part))
                 if self._closing:
@@ -247,10 +270,13 @@ class DeliveryLoop:
         being sent and never settled is found at the next start (`_settle_uncertain`).
         """
         await self._deliveries.sending(part.message_id, part.part)
-        try:
-            platform_id = await sender.send(part)
-        except DeliveryError as exc:
-            return exc
+        if part.replaces is not None and self._previewed.pop(part.replaces, None) == part.text:
+            platform_id: str | None = part.replaces  # the preview shows it already
+        else:
+            try:
+                platform_id = await sender.send(part)
+            except DeliveryError as exc:
+                return exc
         self._metrics.deliveries.labels(part.channel, "sent").inc()
         return await self._deliveries.part_sent(
             part.message_id,
@@ -259,6 +285,7 @@ class DeliveryLoop:
             platform_id,
             now=self._clock.now(),
             last=part.part == part.parts - 1,
+            preview=part.replaces,
         )
 
     async def _retry_later(

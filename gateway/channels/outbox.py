@@ -14,13 +14,14 @@ import structlog
 
 from gateway.channels.delivery import DeliveryLoop
 from gateway.channels.port import Connector
-from gateway.channels.previews import Drafting, drafting
+from gateway.channels.previews import Drafting, Editing, EditPreview, drafting, editing
 from gateway.envelopes import ChatRef, Outbound
 from gateway.errors import DeliveryError
 from gateway.metrics import Metrics
 from gateway.turns.presence import NO_PREVIEW, Preview, typing_while
 from memory.provenance import is_firing
 from memory.storage.messages import StoredMessage
+from memory.storage.previews import PreviewPlace
 from memory.storage.repositories import Repositories
 
 log = structlog.get_logger(__name__)
@@ -42,6 +43,7 @@ class Outbox:
         self._messages = repos.messages
         self._identities = repos.identities
         self._deliveries = repos.deliveries
+        self._previews = repos.previews
         self._delivery = delivery
 
     def delivered_by_storing(self, channel: str) -> bool:
@@ -110,20 +112,50 @@ class Outbox:
     @contextlib.asynccontextmanager
     async def working(self, trigger: StoredMessage) -> AsyncIterator[Preview]:
         """While a turn answering `trigger` runs: a typing indicator where the channel
-        has one, and a draft of the answer where it shows drafts (private chats)."""
+        has one, and the answer as it is written where the channel shows it: a draft
+        (private chats), or one message edited as it grows (where that is on)."""
         sender = self._senders.get(trigger.channel)
         interval = None if sender is None else sender.capabilities.typing_interval
         if sender is None or interval is None:
             yield NO_PREVIEW
             return
         chat = await self.chat_of(trigger)
+        caps = sender.capabilities
         async with typing_while(sender, chat, interval):
-            if not sender.capabilities.drafts or chat.group_id is not None:
+            if caps.drafts and chat.group_id is None:
+                drafts = cast(Drafting, sender)
+                async with drafting(drafts, chat, self._stream_interval, self._metrics) as shown:
+                    yield shown
+            elif caps.stream_edits:
+                async with editing(
+                    self._edit_preview(sender, chat, trigger), self._delivery.previewed
+                ) as shown:
+                    yield shown
+            else:
                 yield NO_PREVIEW
-                return
-            drafts = cast(Drafting, sender)
-            async with drafting(drafts, chat, self._stream_interval, self._metrics) as preview:
-                yield preview
+
+    def _edit_preview(
+        self, sender: Connector, chat: ChatRef, trigger: StoredMessage
+    ) -> EditPreview:
+        place = PreviewPlace(
+            trigger.conversation_id,
+            trigger.seq,
+            chat.channel,
+            chat.group_id or chat.external_user_id,
+        )
+
+        async def penalty(seconds: float) -> None:
+            await self._delivery.penalty(sender, chat, seconds)
+
+        return EditPreview(
+            cast(Editing, sender),
+            chat,
+            place,
+            self._previews,
+            penalty,
+            self._stream_interval,
+            self._metrics,
+        )
 
     async def resume(self, only: int | None = None) -> None:
         """Submit every stored reply still to send (`only`: that one message): after a

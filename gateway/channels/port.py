@@ -72,8 +72,12 @@ class Capabilities:
     measure: Callable[[str], int] = len
     # Seconds between typing indicators (a little under how long one shows); None: none.
     typing_interval: float | None = None
-    # Whether a sent message can be edited in place (streaming by edits).
+    # Whether a sent message can be edited in place: a reply's first part is then
+    # edited into the message that previewed it (`Outbound.replaces`).
     edits: bool = False
+    # Whether a reply is shown while it is written in one message, edited as it grows
+    # (`gateway.channels.previews.Editing`; where there are no drafts).
+    stream_edits: bool = False
     # Whether a reply can be shown as a draft while it is written (private chats;
     # `gateway.channels.previews.Drafting`).
     drafts: bool = False

@@ -77,6 +77,13 @@ def split_text(text: str, limit: int, measure: Measure = len) -> list[str]:
     return parts
 
 
+def close_fences(text: str) -> str:
+    """`text` with a code block it leaves open closed at its end (a reply cut short
+    while it is written renders as it will once whole)."""
+    still_open = _open_fence(text)
+    return text if still_open is None else f"{text}\n{still_open.marker}"
+
+
 def _opens(text: str) -> bool:
     first = _FENCE.match(text)
     return first is not None and first.start() == 0

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Update, func, select, update
+from sqlalchemy import Update, delete, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
@@ -24,6 +24,7 @@ from memory.storage.models import (
     Identity,
     Message,
     SentPart,
+    StreamPreview,
 )
 
 # Receipts only ever move a part forward; they arrive in any order.
@@ -39,6 +40,9 @@ class DeliveryState:
     # A part whose send call was in flight when the process stopped: the platform may
     # or may not have taken it.
     uncertain_part: int | None = None
+    # The platform id of a message that showed this reply while it was written, to be
+    # edited into its first part.
+    preview: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +77,28 @@ class Deliveries:
         group = row.group_id if row.kind == ConversationKind.GROUP else None
         return row.external_id or "", group
 
-    async def state(self, message_id: int) -> DeliveryState | None:
+    async def state(
+        self, message_id: int, *, preview_in: str | None = None
+    ) -> DeliveryState | None:
+        """Where a reply's delivery stands; with `preview_in` (a chat), also the preview
+        that showed it there while it was written, if one did."""
+        preview = (
+            select(StreamPreview.platform_message_id)
+            .where(
+                StreamPreview.conversation_id == Message.conversation_id,
+                StreamPreview.trigger_seq == Message.reply_to_seq,
+                StreamPreview.channel == Message.channel,
+                StreamPreview.chat == preview_in,
+            )
+            .limit(1)
+            .scalar_subquery()
+        )
         query = select(
             Message.delivery,
             Message.delivery_parts_sent,
             Message.delivery_attempts,
             Message.delivery_sending_part,
+            (preview if preview_in is not None else null()).label("preview"),
         ).where(Message.id == message_id)
         async with self._sessions() as session:
             row = (await session.execute(query)).one_or_none()
@@ -92,6 +112,7 @@ class Deliveries:
             row.delivery_parts_sent,
             row.delivery_attempts,
             uncertain_part=sending if sending == row.delivery_parts_sent else None,
+            preview=row.preview,
         )
 
     async def sending(self, message_id: int, part: int) -> None:
@@ -133,10 +154,19 @@ class Deliveries:
         *,
         now: datetime,
         last: bool = False,
+        preview: str | None = None,
     ) -> DeliveryMoved | None:
         """The platform took `part`. With `last`, the reply is sent too, in the same
-        transaction (what `sent` does): the reply it moved, or None as `sent` says."""
+        transaction (what `sent` does): the reply it moved, or None as `sent` says.
+        `preview`: the part was edited into that preview message, done with now."""
         async with self._sessions() as session:
+            if preview is not None:
+                await session.execute(
+                    delete(StreamPreview).where(
+                        StreamPreview.channel == channel,
+                        StreamPreview.platform_message_id == preview,
+                    )
+                )
             if platform_id is not None:
                 # A part recorded before (a resend after a crash) is counted only.
                 await session.execute(

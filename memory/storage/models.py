@@ -305,6 +305,27 @@ class SentPart(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class StreamPreview(Base):
+    """A message on a platform that shows a reply while it is written and is edited
+    into the reply's first part (DESIGN §10): kept from when it is first sent until
+    that edit, so a turn run again after a crash finishes it instead of sending a
+    second copy."""
+
+    __tablename__ = "stream_previews"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    # The last message the turn answers: its reply (`reply_to_seq`) finishes the preview.
+    trigger_seq: Mapped[int] = mapped_column(BigInteger)
+    channel: Mapped[str] = mapped_column(String(32))
+    # The group, or the person's private chat, the preview is in.
+    chat: Mapped[str] = mapped_column(String(255))
+    platform_message_id: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 # -- profile: lasting facts about a person ---------------------------------------------
 
 

@@ -21,6 +21,7 @@ from memory.storage.lookups import Lookups
 from memory.storage.messages import Messages
 from memory.storage.operator_sessions import OperatorSessions
 from memory.storage.pairing import Pairings
+from memory.storage.previews import Previews
 from memory.storage.rights import Rights
 from memory.storage.schedules import Schedules
 from memory.storage.search import Search
@@ -49,6 +50,7 @@ class Repositories:
     operator_sessions: OperatorSessions
     stats: Stats
     schedules: Schedules
+    previews: Previews
 
     @classmethod
     def open(
@@ -82,4 +84,5 @@ class Repositories:
             operator_sessions=OperatorSessions(sessions),
             stats=Stats(sessions),
             schedules=Schedules(sessions, count_tokens=count_tokens),
+            previews=Previews(sessions),
         )

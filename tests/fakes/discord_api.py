@@ -150,6 +150,14 @@ class Sent:
     nonce: str | None
     reference: dict[str, Any] | None
     flags: int | None = None  # as sent: None when the message set none
+    id: str = ""
+
+
+@dataclass
+class Edit:
+    message_id: str
+    content: str
+    at: float  # time.monotonic() when it arrived
 
 
 @dataclass
@@ -161,6 +169,9 @@ class FakeDiscord:
     identifies: int = 0
     # Set by a test: fail the next POST of a message with (status, body, headers).
     fail_next_send: list[tuple[int, dict[str, Any], dict[str, str]]] = field(default_factory=list)
+    edits: list[Edit] = field(default_factory=list)
+    # What each message the bot sent shows now, edits applied: message id -> content.
+    showing: dict[str, str] = field(default_factory=dict)
     # Each channel's messages as Discord keeps them (what a history request pages through).
     history: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     history_requests: list[int] = field(default_factory=list)  # channel ids asked
@@ -195,6 +206,11 @@ class FakeDiscord:
                 Route(f"{api}/users/@me/channels", self._open_dm, methods=["POST"]),
                 Route(f"{api}/channels/{{channel_id:int}}/messages", self._send, methods=["POST"]),
                 Route(f"{api}/channels/{{channel_id:int}}/messages", self._history),
+                Route(
+                    f"{api}/channels/{{channel_id:int}}/messages/{{message_id:int}}",
+                    self._edit,
+                    methods=["PATCH"],
+                ),
                 Route(f"{api}/channels/{{channel_id:int}}/typing", self._typing, methods=["POST"]),
                 WebSocketRoute("/gateway", self._socket),
             ]
@@ -307,11 +323,34 @@ class FakeDiscord:
             body.get("flags"),
         )
         created = message(BOT_USER, channel_id, sent.content)
+        sent.id = created["id"]
         async with self._changed:
             self.sent.append(sent)
+            self.showing[sent.id] = sent.content
             self.add_history(created)
             self._changed.notify_all()
         return JSONResponse(created)
+
+    async def _edit(self, request: Request) -> Response:
+        """`PATCH /channels/{id}/messages/{id}`: Unknown Message for one the bot did not
+        send; content of at most 2,000 characters."""
+        channel_id = int(request.path_params["channel_id"])
+        message_id = str(request.path_params["message_id"])
+        body = await request.json()
+        content = str(body.get("content", ""))
+        if message_id not in self.showing:
+            return JSONResponse({"message": "Unknown Message", "code": 10008}, 404)
+        if len(content) > 2000:
+            return JSONResponse({"message": "Invalid Form Body", "code": 50035}, 400)
+        async with self._changed:
+            self.edits.append(Edit(message_id, content, time.monotonic()))
+            self.showing[message_id] = content
+            self._changed.notify_all()
+        return JSONResponse(message(BOT_USER, channel_id, content) | {"id": message_id})
+
+    def shown(self, channel_id: int) -> list[str]:
+        """What the bot's messages in a channel show now (edits applied), in order."""
+        return [self.showing[s.id] for s in self.sent if s.channel_id == channel_id]
 
     async def _history(self, request: Request) -> Response:
         """`GET /channels/{id}/messages`: newest first, `limit` (1-100, default 50) before

@@ -39,6 +39,8 @@ class Reply:
     hold_open: bool = False
     # Stream the first half of the reply, then wait until the test sets it.
     midway: asyncio.Event | None = None
+    # Seconds between two frames: a model that writes slowly.
+    pace: float = 0.0
 
 
 @dataclass
@@ -112,6 +114,15 @@ class FakeLLM:
     def openai_base(self) -> str:
         return f"{self.base_url}/v1"
 
+    def settings(self) -> dict[str, str]:
+        """The settings that point a gateway at this model (OpenAI's wire format)."""
+        return {
+            "llm_provider": "openai",
+            "llm_base_url": self.openai_base,
+            "llm_api_key": "sk-test-key-that-must-not-leak",
+            "llm_model": "fake-model",
+        }
+
     def script(self, *behaviours: Behaviour) -> None:
         self._script.extend(behaviours)
 
@@ -167,7 +178,7 @@ class FakeLLM:
             case Hang():
                 await self._closing.wait()
                 return Response(status_code=503)
-            case Reply(text, pieces, gate, cached, hold_open, midway):
+            case Reply(text, pieces, gate, cached, hold_open, midway, pace):
                 if gate is not None:
                     await self._until(gate)
                 frames = wire.reply(_split(text, pieces), cached)
@@ -178,7 +189,7 @@ class FakeLLM:
                     return _event_stream(
                         frames[:half], then=frames[half:], after=partial(self._until, midway)
                     )
-                return _event_stream(frames)
+                return _event_stream(frames, pace=pace)
             case FailMidStream(text, message):
                 return _event_stream(wire.broken(_split(text, 1), message))
             case CallTools(calls, text, pieces, interleave, break_off):
@@ -460,11 +471,14 @@ def _event_stream(
     *,
     then: Sequence[str] = (),
     after: Callable[[], Awaitable[None]] | None = None,
+    pace: float = 0.0,
 ) -> StreamingResponse:
-    """`frames`; with `after`, once it is done, `then` as well."""
+    """`frames`, `pace` seconds apart; with `after`, once it is done, `then` as well."""
 
     async def body() -> AsyncIterator[str]:
-        for frame in frames:
+        for number, frame in enumerate(frames):
+            if pace and number:
+                await asyncio.sleep(pace)
             yield frame
         if after is not None:
             await after()

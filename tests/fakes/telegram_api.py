@@ -69,6 +69,9 @@ class FakeTelegram:
         self.conflicts = 0
         self._changed = asyncio.Condition()
         self._message_ids = itertools.count(1000)
+        # What each message the bot sent shows now, edits included: (chat, id) -> text.
+        self.showing: dict[tuple[int, int], str] = {}
+        self._entities: dict[tuple[int, int], Any] = {}
         self._closing = False
         # While this is an event not set, sendMessage answers once it is (a slow Telegram).
         self.gate: asyncio.Event | None = None
@@ -97,6 +100,18 @@ class FakeTelegram:
 
     def texts(self, chat_id: int | None = None) -> list[str]:
         return [c.params["text"] for c in self.sent(chat_id)]
+
+    def shown(self, chat_id: int) -> list[str]:
+        """What the bot's messages in a chat show now (edits applied), in order."""
+        return [text for (chat, _), text in self.showing.items() if chat == chat_id]
+
+    def edits(self, chat_id: int) -> list[Call]:
+        """Edits Telegram accepted in a chat, in order."""
+        return [
+            c
+            for c in self.calls_of("editMessageText")
+            if c.params.get("_accepted") and int(c.params["chat_id"]) == chat_id
+        ]
 
     def calls_of(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
@@ -148,6 +163,7 @@ class FakeTelegram:
             "sendChatAction": _true,
             "sendMessage": self._send_message,
             "sendMessageDraft": self._send_draft,
+            "editMessageText": self._edit_message,
         }.get(method)
         if handler is None:
             return _error(404, "Not Found")
@@ -155,7 +171,7 @@ class FakeTelegram:
             await self.gate.wait()
         response = handler(params)
         async with self._changed:
-            if method == "sendMessage" and response.status_code == 200:
+            if method in ("sendMessage", "editMessageText") and response.status_code == 200:
                 params["_accepted"] = True
             self._changed.notify_all()
         return response
@@ -170,13 +186,8 @@ class FakeTelegram:
             return _error(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
         if int(params.get("draft_id", 0)) == 0:
             return _error(400, "Bad Request: draft_id must be non-zero")
-        if not text or len(text.encode("utf-16-le")) // 2 > LIMIT:
-            return _error(400, "Bad Request: text must be 1-4096 characters")
-        if "parse_mode" in params:
-            return _error(400, "Bad Request: this fake expects plain text")
-        wrong = _entities_wrong(text, params.get("entities"))
-        if wrong is not None:
-            return _error(400, f"Bad Request: can't parse entities: {wrong}")
+        if (refused := _text_refused(text, params)) is not None:
+            return _error(400, f"Bad Request: {refused}")
         return _true(params)
 
     def drafts(self, chat_id: int) -> list[Call]:
@@ -189,26 +200,35 @@ class FakeTelegram:
 
     def _send_message(self, params: dict[str, Any]) -> JSONResponse:
         text = str(params.get("text", ""))
-        if not text:
-            return _error(400, "Bad Request: message text is empty")
-        if len(text.encode("utf-16-le")) // 2 > LIMIT:
-            return _error(400, "Bad Request: message is too long")
-        if "parse_mode" in params:
-            return _error(400, "Bad Request: this fake expects plain text")
-        wrong = _entities_wrong(text, params.get("entities"))
-        if wrong is not None:
-            return _error(400, f"Bad Request: can't parse entities: {wrong}")
+        if (refused := _text_refused(text, params)) is not None:
+            return _error(400, f"Bad Request: {refused}")
         chat_id = int(params["chat_id"])
         params["chat_id"] = chat_id
-        chat = {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
-        message = {
-            "message_id": next(self._message_ids),
-            "from": _bot_user(),
-            "chat": chat,
-            "date": 1_700_000_000,
-            "text": text,
-        }
+        message = _message(chat_id, next(self._message_ids), text)
+        self.showing[(chat_id, message["message_id"])] = text
+        self._entities[(chat_id, message["message_id"])] = params.get("entities")
         return _ok(message)
+
+    def _edit_message(self, params: dict[str, Any]) -> JSONResponse:
+        """`editMessageText` of a message the bot sent: the same checks as a send, and
+        Telegram's answers to an unknown message and to an edit that changes nothing."""
+        text = str(params.get("text", ""))
+        key = (int(params.get("chat_id", 0)), int(params.get("message_id", 0)))
+        params["chat_id"] = key[0]
+        if key not in self.showing:
+            return _error(400, "Bad Request: message to edit not found")
+        if (refused := _text_refused(text, params)) is not None:
+            return _error(400, f"Bad Request: {refused}")
+        if self.showing[key] == text and self._entities[key] == params.get("entities"):
+            return _error(
+                400,
+                "Bad Request: message is not modified: specified new message content and "
+                "reply markup are exactly the same as a current content and reply markup "
+                "of the message",
+            )
+        self.showing[key] = text
+        self._entities[key] = params.get("entities")
+        return _ok(_message(*key, text) | {"edit_date": 1_700_000_100})
 
     async def _get_updates(self, request: Request, params: dict[str, Any]) -> JSONResponse:
         # A poll whose client hung up (a replica that stopped) is held here until its
@@ -264,6 +284,18 @@ async def _params(request: Request) -> dict[str, Any]:
     return params
 
 
+def _text_refused(text: str, params: dict[str, Any]) -> str | None:
+    """Why Telegram would refuse `text` with these parameters (None: it takes it)."""
+    if not text:
+        return "message text is empty"
+    if len(text.encode("utf-16-le")) // 2 > LIMIT:
+        return "message is too long"
+    if "parse_mode" in params:
+        return "this fake expects plain text"
+    wrong = _entities_wrong(text, params.get("entities"))
+    return None if wrong is None else f"can't parse entities: {wrong}"
+
+
 def _entities_wrong(text: str, entities: Any) -> str | None:
     """What is wrong with a message's entities, as Telegram checks them (offsets and
     lengths in UTF-16 code units, inside the text); None if nothing."""
@@ -277,6 +309,16 @@ def _entities_wrong(text: str, entities: Any) -> str | None:
         if not entity.get("type") or offset < 0 or length <= 0 or offset + length > size:
             return f"entity {entity} is outside a text of {size} UTF-16 units"
     return None
+
+
+def _message(chat_id: int, message_id: int, text: str) -> dict[str, Any]:
+    return {
+        "message_id": message_id,
+        "from": _bot_user(),
+        "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+        "date": 1_700_000_000,
+        "text": text,
+    }
 
 
 def _bot_user() -> dict[str, Any]:

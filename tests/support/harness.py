@@ -37,12 +37,7 @@ def make_settings(database_url: str, data_dir: Path, llm: FakeLLM | None, **extr
         "webchat_messages_per_minute": 100_000,
     }
     if llm is not None:
-        values |= {
-            "llm_provider": "openai",
-            "llm_base_url": llm.openai_base,
-            "llm_api_key": "sk-test-key-that-must-not-leak",
-            "llm_model": "fake-model",
-        }
+        values |= llm.settings()
     return Settings(_env_file=None, **(values | extra))
 
 
