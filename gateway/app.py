@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -14,7 +14,7 @@ from gateway.http.body_limit import BodyLimit
 from gateway.http.cors import WebchatCORS
 from gateway.http.errors import install_error_handlers
 from gateway.http.headers import SecurityHeaders
-from gateway.http.operators import OperatorAuth
+from gateway.http.operators import OperatorAuth, sign_in_url
 from gateway.http.paging import Cursors
 from gateway.llm import LLMProvider
 from gateway.secrets import signing_key
@@ -23,14 +23,22 @@ from gateway.settings import Settings, load_settings
 
 
 def create_app(
-    settings: Settings | None = None, *, llm: LLMProvider | None = None, clock: Clock | None = None
+    settings: Settings | None = None,
+    *,
+    llm: LLMProvider | None = None,
+    clock: Clock | None = None,
+    sign_in_link: Callable[[str], None] | None = None,
 ) -> FastAPI:
+    """`sign_in_link`: told, once the gateway runs, a one-time link that signs a
+    browser in to the dashboard (`parley serve` on a terminal shows it)."""
     settings = settings or load_settings()
     services = Services.build(settings, llm=llm, clock=clock)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with services.running():
+            if sign_in_link is not None:
+                sign_in_link(sign_in_url(settings, await app.state.operators.link()))
             yield
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)

@@ -45,15 +45,23 @@ def serve() -> None:
     from gateway.app import create_app
     from gateway.http.server import server_config
     from gateway.logs import configure_logging, secrets_of
+    from gateway.secrets import with_admin_token
 
     settings = _settings()
+    # Without PARLEY_ADMIN_TOKEN, the data dir's (made on the first run); on a terminal,
+    # a link that signs a browser in to the dashboard without copying it.
+    show_link = settings.admin_token is None and sys.stdout.isatty()
+    try:
+        settings = with_admin_token(settings)
+    except OSError as exc:
+        _fail(f"cannot keep the admin token in PARLEY_DATA_DIR: {exc}")
     configure_logging(
         settings.log_level.value,
         secrets=secrets_of(settings),
         log_format=settings.log_format.value,
     )
     try:
-        application = create_app(settings)
+        application = create_app(settings, sign_in_link=_show_sign_in_link if show_link else None)
     except ParleyError as exc:
         _fail(str(exc))
     typer.echo(f"Parley is listening on http://{settings.host}:{settings.port}", err=True)
@@ -64,6 +72,40 @@ def serve() -> None:
         server.run()
     if not server.started:  # the lifespan logged why
         raise typer.Exit(2)
+
+
+def _show_sign_in_link(url: str) -> None:
+    typer.echo(f"Sign in to the dashboard (this link works once, for 15 minutes):\n  {url}")
+
+
+@app.command("admin-link")
+def admin_link() -> None:
+    """Print a one-time link that signs a browser in to the dashboard (for 15 minutes)."""
+    from gateway.secrets import with_admin_token
+    from memory.storage.migrate import SchemaOutOfDate
+
+    try:
+        settings = with_admin_token(_settings())
+        typer.echo(asyncio.run(_admin_link(settings)))
+    except (ParleyError, SchemaOutOfDate, OSError) as exc:
+        _fail(str(exc))
+
+
+async def _admin_link(settings: Settings) -> str:
+    from gateway.clock import SystemClock
+    from gateway.http.operators import OperatorAuth, sign_in_url
+    from gateway.secrets import signing_key
+    from memory.storage.operator_sessions import OperatorSessions
+
+    assert settings.admin_token is not None  # with_admin_token gave it one
+    async with _database(settings) as sessions:
+        auth = OperatorAuth(
+            OperatorSessions(sessions),
+            signing_key(settings),
+            settings.admin_token.get_secret_value(),
+            SystemClock(),
+        )
+        return sign_in_url(settings, await auth.link())
 
 
 @app.command()

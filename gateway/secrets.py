@@ -1,7 +1,9 @@
-"""The key that signs tokens: from PARLEY_SECRET_KEY, else created once in the data dir.
+"""The key that signs tokens and the admin token: from their settings, else created
+once in the data dir (0600).
 
 A file in the data dir is one replica's own; replicas share a database server, so on one
-the key must come from the setting.
+the key must come from the setting (and so should the admin token, or each replica has
+its own).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from gateway.settings import Settings
 from memory.storage.files import FILE_MODE, private_dir, tighten
 
 KEY_FILE = "secret_key"
+ADMIN_TOKEN_FILE = "admin_token"
 
 
 def require_shared_key(settings: Settings) -> None:
@@ -42,6 +45,20 @@ def key_from(secret_key: SecretStr | None, data_dir: Path) -> bytes:
         tighten(path)  # say, restored from a backup with looser modes
         return path.read_bytes().strip()
     return _create(path)
+
+
+def with_admin_token(settings: Settings) -> Settings:
+    """`settings` with an admin token: PARLEY_ADMIN_TOKEN if set, else the data dir's
+    (made on first use), so a first run has a dashboard to sign in to."""
+    if settings.admin_token is not None:
+        return settings
+    path = private_dir(settings.data_dir) / ADMIN_TOKEN_FILE
+    if path.exists():
+        tighten(path)
+        token = path.read_bytes().strip()
+    else:
+        token = _create(path)
+    return settings.model_copy(update={"admin_token": SecretStr(token.decode())})
 
 
 def _create(path: Path) -> bytes:

@@ -23,11 +23,15 @@ from gateway.clock import Clock
 from gateway.http.cors import own_origin
 from gateway.http.problems import ApiError
 from gateway.http.ratelimit import RateLimit
+from gateway.settings import Settings
 from memory.storage.operator_sessions import OperatorSessions
 
 COOKIE = "parley_operator"
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_TTL = timedelta(hours=12)
+LINK_TTL = timedelta(minutes=15)
+# In the fragment, which a browser never sends: a link previewer cannot spend it.
+LINK_PATH = "/admin/signin#link="
 SIGN_INS_PER_MINUTE = 10
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -51,15 +55,39 @@ class OperatorAuth:
         self._clock = clock
         self.sign_ins = RateLimit(SIGN_INS_PER_MINUTE, "sign-ins")
 
-    async def sign_in(self, request: Request, response: Response, given: str) -> Operator:
-        """Check the admin token and set the session cookie on `response`."""
+    async def link(self) -> str:
+        """A fresh one-time sign-in secret, good for `LINK_TTL` (never the admin token)."""
+        secret = secrets.token_urlsafe(32)
+        await self._sessions.open(
+            _hash(secret),
+            self._link_key(self._expected()),
+            now=self._clock.now(),
+            ttl=LINK_TTL,
+        )
+        return secret
+
+    async def sign_in(
+        self, request: Request, response: Response, *, token: str | None, link: str | None
+    ) -> Operator:
+        """Check the admin token, or spend a one-time link, and set the session cookie
+        on `response`."""
         self.sign_ins.take(request.client.host if request.client else "")
         if request.url.scheme != "https" and request.url.hostname not in LOOPBACK:
             raise ApiError(
                 400, "sign in over HTTPS: the session cookie is never sent in clear text"
             )
         expected = self._expected()
-        if not hmac.compare_digest(given.encode(), expected.encode()):
+        if link is not None:
+            spent = await self._sessions.redeem(
+                _hash(link), self._link_key(expected), now=self._clock.now()
+            )
+            if not spent:
+                raise ApiError(
+                    401,
+                    "this sign-in link has been used or has expired: run `parley admin-link` "
+                    "for a fresh one",
+                )
+        elif token is None or not hmac.compare_digest(token.encode(), expected.encode()):
             raise ApiError(401, "that is not the admin token")
         token = secrets.token_urlsafe(32)
         await self._sessions.open(
@@ -114,8 +142,21 @@ class OperatorAuth:
     def _admin_key(self, admin_token: str) -> str:
         return hmac.new(self._key, b"operator:" + admin_token.encode(), hashlib.sha256).hexdigest()
 
+    def _link_key(self, admin_token: str) -> str:
+        return hmac.new(self._key, b"link:" + admin_token.encode(), hashlib.sha256).hexdigest()
+
     def _csrf(self, token: str) -> str:
         return hmac.new(self._key, b"csrf:" + token.encode(), hashlib.sha256).hexdigest()
+
+
+def sign_in_url(settings: Settings, secret: str) -> str:
+    """Where a one-time sign-in link points: the public address, else this machine's."""
+    if settings.public_url:
+        base = settings.public_url.rstrip("/")
+    else:
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        base = f"http://{host}:{settings.port}"
+    return f"{base}{LINK_PATH}{secret}"
 
 
 def _hash(token: str) -> str:

@@ -1,4 +1,8 @@
-"""Repository for operator sessions: the dashboard's sign-ins, kept as hashes."""
+"""Repository for operator sessions: the dashboard's sign-ins, kept as hashes.
+
+A one-time sign-in link is kept the same way, under an admin key of its own kind (so it
+never passes for a session), and is spent by the first request that redeems it.
+"""
 
 from __future__ import annotations
 
@@ -50,3 +54,16 @@ class OperatorSessions:
                 delete(OperatorSession).where(OperatorSession.token_hash == token_hash)
             )
             await session.commit()
+
+    async def redeem(self, token_hash: str, admin_key: str, *, now: datetime) -> bool:
+        """Spend a one-time entry: True for the one request that finds it unexpired."""
+        async with self._sessions() as session:
+            spent = await session.execute(
+                delete(OperatorSession).where(
+                    OperatorSession.token_hash == token_hash,
+                    OperatorSession.admin_key == admin_key,
+                    OperatorSession.expires_at > now,
+                )
+            )
+            await session.commit()
+        return bool(getattr(spent, "rowcount", 0) == 1)

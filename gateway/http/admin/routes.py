@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response, WebSocket, WebSocketDisconnect, status
 from fastapi.responses import HTMLResponse, RedirectResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.events.hub import DeliveryChanged, DeltaEvent, Event, Overflow, Typing
 from gateway.http.assets import GET_AND_HEAD, Asset
@@ -36,9 +36,18 @@ router = APIRouter(tags=["dashboard"], include_in_schema=False)
 
 
 class SignIn(BaseModel):
+    """The admin token, or the secret of a one-time sign-in link."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    token: str = Field(min_length=1, max_length=4096)
+    token: str | None = Field(default=None, min_length=1, max_length=4096)
+    link: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _one(self) -> "SignIn":
+        if (self.token is None) == (self.link is None):
+            raise ValueError("send either the admin token or a sign-in link")
+        return self
 
 
 # Read once: the files ship with the package and never change while it runs.
@@ -71,7 +80,7 @@ async def signin_page() -> HTMLResponse:
 )
 async def sign_in(body: SignIn, request: Request, operators: OperatorsDep) -> Response:
     response = Response(status_code=status.HTTP_204_NO_CONTENT)
-    await operators.sign_in(request, response, body.token)
+    await operators.sign_in(request, response, token=body.token, link=body.link)
     return response
 
 
