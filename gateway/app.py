@@ -17,7 +17,7 @@ from gateway.http.headers import SecurityHeaders
 from gateway.http.operators import OperatorAuth, sign_in_url
 from gateway.http.paging import Cursors
 from gateway.llm import LLMProvider
-from gateway.secrets import signing_key
+from gateway.secrets import signing_keys
 from gateway.services import Services
 from gateway.settings import Settings, load_settings
 
@@ -43,13 +43,14 @@ def create_app(
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.services = services
-    app.state.cursors = Cursors(signing_key(settings))
+    app.state.cursors = Cursors(signing_keys(settings))
     admin_token = settings.admin_token
     app.state.operators = OperatorAuth(
         services.repos.operator_sessions,
-        signing_key(settings),
+        signing_keys(settings),
         None if admin_token is None else admin_token.get_secret_value(),
         services.clock,
+        services.rate_limits,
     )
     app.add_middleware(
         BodyLimit, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout_seconds

@@ -7,10 +7,10 @@ import contextlib
 import json
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn
 
 import typer
 
@@ -20,6 +20,7 @@ from gateway.settings import Settings, load_settings
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+    from gateway.channels.port import Webhooks
     from memory.portable.imports import ImportCounts
 
 app = typer.Typer(help="Parley: one never-ending conversation per person, on every channel.")
@@ -94,29 +95,55 @@ def admin_link() -> None:
 async def _admin_link(settings: Settings) -> str:
     from gateway.clock import SystemClock
     from gateway.http.operators import OperatorAuth, sign_in_url
-    from gateway.secrets import signing_key
+    from gateway.replicas.rate_limits import RateLimits
+    from gateway.secrets import signing_keys
     from memory.storage.operator_sessions import OperatorSessions
 
     assert settings.admin_token is not None  # with_admin_token gave it one
     async with _database(settings) as sessions:
         auth = OperatorAuth(
             OperatorSessions(sessions),
-            signing_key(settings),
+            signing_keys(settings),
             settings.admin_token.get_secret_value(),
             SystemClock(),
+            RateLimits(),
         )
         return sign_in_url(settings, await auth.link())
 
 
 @app.command()
-def worker() -> None:
+def doctor() -> None:
+    """Check the settings, the database, Redis, the model and each configured channel
+    against its platform: one line each, with what to fix; exit 1 if any fails."""
+    from gateway.doctor import examine
+
+    try:
+        settings = load_settings()
+    except ParleyError as exc:
+        typer.echo(f"✗ settings: {exc}")
+        raise typer.Exit(1) from None
+    findings = asyncio.run(examine(settings))
+    for finding in findings:
+        typer.echo(f"{'✓' if finding.ok else '✗'} {finding.name}: {finding.detail}")
+    raise typer.Exit(0 if all(finding.ok for finding in findings) else 1)
+
+
+@app.command()
+def worker(
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Exit 0 if a worker said it is alive lately, else 1."),
+    ] = False,
+) -> None:
     """Run archive jobs from Redis (PARLEY_REDIS_URL): an arq worker."""
-    from gateway.jobs.arq_worker import run_worker
+    from gateway.jobs.arq_worker import healthy, run_worker
     from gateway.logs import configure_logging, secrets_of
 
     settings = _settings()
     if not settings.redis_url:
         _fail("invalid setting PARLEY_REDIS_URL: `parley worker` needs Redis")
+    if check:
+        raise typer.Exit(0 if asyncio.run(healthy(settings)) else 1)
     configure_logging(
         settings.log_level.value,
         secrets=secrets_of(settings),
@@ -199,6 +226,45 @@ def pairing_approve(code: Annotated[str, typer.Argument(help="The code the perso
         typer.echo(asyncio.run(approve(settings, code)))
     except (ParleyError, SchemaOutOfDate) as exc:
         _fail(str(exc))
+
+
+telegram = typer.Typer(help="The Telegram bot's set-up.")
+webhook = typer.Typer(help="Where Telegram posts updates: {PARLEY_PUBLIC_URL}/webhooks/telegram.")
+telegram.add_typer(webhook, name="webhook")
+app.add_typer(telegram, name="telegram")
+
+
+@webhook.command("set")
+def webhook_set() -> None:
+    """Tell Telegram to post updates to this gateway (PARLEY_PUBLIC_URL), with the secret."""
+    typer.echo(_telegram_step(lambda hooks: hooks.register_webhook()))
+
+
+@webhook.command("info")
+def webhook_info() -> None:
+    """Show where Telegram posts updates, how many wait, and its last error."""
+    typer.echo(_telegram_step(lambda hooks: hooks.describe_webhook()))
+
+
+@webhook.command("delete")
+def webhook_delete() -> None:
+    """Stop Telegram posting updates (for polling, or before moving the gateway)."""
+    typer.echo(_telegram_step(lambda hooks: hooks.remove_webhook()))
+
+
+def _telegram_step(step: Callable[[Webhooks], Coroutine[Any, Any, str]]) -> str:
+    from gateway.channels.port import Webhooks
+    from gateway.channels.registry import enabled_connectors
+
+    found = [c for c in enabled_connectors(_settings()) if c.channel == "telegram"]
+    if not found or not isinstance(found[0], Webhooks):
+        _fail("set PARLEY_TELEGRAM_TOKEN first")
+    connector: Webhooks = found[0]
+    try:
+        answer = asyncio.run(step(connector))
+    except ParleyError as exc:
+        _fail(str(exc))
+    return answer
 
 
 # -- a person's data: export and import (NDJSON, memory.portable.format) ---------------

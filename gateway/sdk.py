@@ -30,10 +30,12 @@ from gateway.channels.port import (
     Clocked,
     Connector,
     Delivery,
+    Finding,
     GroupMoves,
     History,
     Identities,
     IdentityRef,
+    Limits,
     LiveEvents,
     Pace,
     Place,
@@ -61,8 +63,9 @@ from gateway.errors import (
 from gateway.events.hub import DeltaEvent, Ended, Event, MessageEvent, Overflow, Stored, Typing
 from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.errors import validation_errors
-from gateway.http.ratelimit import RateLimit, Slots
+from gateway.http.ratelimit import Slots
 from gateway.http.wire import MessageOut
+from gateway.replicas.rate_limits import RateLimit
 from gateway.settings import TelegramMode
 from gateway.tasks import finish_or_cancel
 from gateway.text import (
@@ -93,12 +96,14 @@ __all__ = [
     "DiscordSettings",
     "Ended",
     "Event",
+    "Finding",
     "GroupMoves",
     "History",
     "Identities",
     "IdentityRef",
     "Inbound",
     "InputError",
+    "Limits",
     "LiveEvents",
     "MalformedJSON",
     "MessageEvent",

@@ -1,4 +1,4 @@
-"""The key that signs tokens and the admin token: from their settings, else created
+"""The keys that sign tokens and the admin token: from their settings, else created
 once in the data dir (0600).
 
 A file in the data dir is one replica's own; replicas share a database server, so on one
@@ -8,10 +8,13 @@ its own).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
+from itsdangerous import Signer
 from pydantic import SecretStr
 
 from gateway.errors import ConfigError
@@ -31,20 +34,29 @@ def require_shared_key(settings: Settings) -> None:
         )
 
 
-def signing_key(settings: Settings) -> bytes:
-    return key_from(settings.secret_key, settings.data_dir)
+def signing_keys(settings: Settings) -> tuple[bytes, ...]:
+    return keys_from(settings.secret_key, settings.data_dir)
 
 
-def key_from(secret_key: SecretStr | None, data_dir: Path) -> bytes:
-    """The key `signing_key` reads, from the two settings it comes from (what the web
-    chat is handed, without the rest of the settings)."""
+def keys_from(secret_key: SecretStr | None, data_dir: Path) -> tuple[bytes, ...]:
+    """The keys `signing_keys` reads, from the two settings they come from (what the
+    web chat is handed, without the rest of the settings): the first signs, each one
+    verifies."""
     if secret_key is not None:
-        return secret_key.get_secret_value().encode()
+        keys = (key.strip() for key in secret_key.get_secret_value().split(","))
+        return tuple(key.encode() for key in keys if key)
     path = private_dir(data_dir) / KEY_FILE
     if path.exists():
         tighten(path)  # say, restored from a backup with looser modes
-        return path.read_bytes().strip()
-    return _create(path)
+        return (path.read_bytes().strip(),)
+    return (_create(path),)
+
+
+def signer(keys: Sequence[bytes], purpose: str) -> Signer:
+    """Signs with the first of `keys` and accepts a signature by any (itsdangerous); a
+    key of its own per `purpose`, so nothing signed for one passes for another."""
+    # itsdangerous signs with the last key it is given.
+    return Signer(list(reversed(keys)), salt=purpose, digest_method=hashlib.sha256)
 
 
 def with_admin_token(settings: Settings) -> Settings:

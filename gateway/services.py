@@ -40,6 +40,7 @@ from gateway.reminders.firing import Firings
 from gateway.reminders.planner import Planner
 from gateway.reminders.times import QuietHours
 from gateway.reminders.tools import ReminderTools
+from gateway.replicas.rate_limits import RateLimits
 from gateway.replicas.sweeps import sweep_forever
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
@@ -90,6 +91,8 @@ class Services:
     fanout: RedisFanout | None
     # Reminders and follow-ups coming due, fired as turns.
     firings: Firings
+    # How often a client may do something (in Redis, for every replica, when configured).
+    rate_limits: RateLimits
 
     @classmethod
     def build(
@@ -207,8 +210,10 @@ class Services:
             ),
             ReminderCommands(planner, repos.conversations, repos.directory),
         )
+        rate_limits = RateLimits(settings.redis_url)
         core = Core(
             repos=repos,
+            rate_limits=rate_limits,
             hub=hub,
             clock=clock,
             default_timezone=settings.default_timezone,
@@ -253,6 +258,7 @@ class Services:
             ),
             fanout=_fanout(settings, hub),
             firings=firings,
+            rate_limits=rate_limits,
         )
 
     @contextlib.asynccontextmanager
@@ -266,6 +272,7 @@ class Services:
             # Registered first, released last.
             stack.push_async_callback(self._stage, "engine", self.engine.dispose)
             stack.push_async_callback(self._stage, "model client", self.llm.aclose)
+            stack.push_async_callback(self._stage, "rate limits", self.rate_limits.aclose)
             # The data dir is Parley's own (database, key, transcripts): its owner's only.
             tighten(private_dir(self.settings.data_dir))
             try:

@@ -13,7 +13,16 @@ import pytest
 from tests.fakes.llm_server import FakeLLM, Hang
 from tests.support import databases
 from tests.support.polling import eventually
-from tests.support.process import free_port, parley_env, parley_serve, run_parley
+from tests.support.process import (
+    REPO,
+    free_port,
+    parley_env,
+    parley_output,
+    parley_serve,
+    run_parley,
+    start_parley,
+    stop_process,
+)
 
 
 @pytest.mark.parametrize(
@@ -109,3 +118,23 @@ async def _history(http: httpx.AsyncClient, auth: dict[str, str]) -> list[dict[s
     response = await http.get("/webchat/messages", headers=auth)
     messages: list[dict[str, object]] = response.json()["messages"]
     return messages
+
+
+async def test_worker_check_says_whether_a_worker_is_alive(
+    database_url: str, tmp_path: Path, redis_url: str
+) -> None:
+    env = parley_env(data_dir=str(tmp_path), database_url=database_url, redis_url=redis_url)
+    alone, _ = await parley_output("worker", "--check", env=env)
+    worker = await start_parley("worker", env=env, cwd=REPO)
+    try:
+        alive = await eventually(
+            lambda: parley_output("worker", "--check", env=env),
+            until=lambda answer: answer[0] == 0,
+            seconds=60,
+            interval=0.5,
+        )
+    finally:
+        await stop_process(worker, signal.SIGTERM, 30)
+
+    assert alone == 1
+    assert alive[0] == 0

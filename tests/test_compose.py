@@ -51,9 +51,10 @@ def test_the_compose_file_has_the_shape_of_a_deployment() -> None:
         assert services[name]["depends_on"] == after_migrate
         assert services[name]["deploy"]["replicas"] >= 1
         assert "container_name" not in services[name]  # it would stop --scale
-    for name in ("postgres", "redis", "gateway"):
+    for name in ("postgres", "redis", "gateway", "worker"):
         assert services[name]["healthcheck"]["test"]
     assert "/readyz" in " ".join(services["gateway"]["healthcheck"]["test"])
+    assert services["worker"]["healthcheck"]["test"] == ["CMD", "parley", "worker", "--check"]
     for name in ("migrate", "gateway", "worker"):
         environment = services[name]["environment"]
         assert environment["PARLEY_DATABASE_URL"].startswith("postgresql+asyncpg://")

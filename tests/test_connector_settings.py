@@ -64,7 +64,8 @@ def _values(slice_: object) -> set[str]:
             value = value()
         if hasattr(value, "get_secret_value"):
             value = value.get_secret_value()
-        found.add(value.decode() if isinstance(value, bytes) else str(value))
+        for one in value if isinstance(value, tuple) else (value,):  # keys in a rotation
+            found.add(one.decode() if isinstance(one, bytes) else str(one))
     return found
 
 
@@ -86,7 +87,7 @@ def test_each_connector_reads_its_own_variables(settings: Settings) -> None:
     assert whatsapp.phone_number_id == "15550001"
     assert webchat.allowed_origins == ("https://shop.example",)
     assert webchat.sockets_per_visitor == 3
-    assert webchat.signing_key() == b"signing-key-0123456789abcdef"
+    assert webchat.signing_keys() == (b"signing-key-0123456789abcdef",)
 
 
 def test_no_connector_sees_the_database_the_operators_or_another_channel(
@@ -122,6 +123,7 @@ def test_the_web_chat_reads_its_signing_key_when_it_starts(tmp_path: Path) -> No
     webchat = webchat_settings(Settings(_env_file=None, data_dir=tmp_path))
 
     assert list(tmp_path.iterdir()) == []
-    key = webchat.signing_key()
-    assert key
-    assert webchat.signing_key() == key  # the same file, read again
+    keys = webchat.signing_keys()
+    assert len(keys) == 1
+    assert keys[0]
+    assert webchat.signing_keys() == keys  # the same file, read again

@@ -20,8 +20,7 @@ from pathlib import Path
 import httpx
 from playwright.async_api import Browser, Page, expect
 
-from tests.support.polling import eventually
-from tests.support.process import REPO, free_port, parley_env, parley_serve, run_parley
+from tests.support.process import REPO, free_port, parley_env, parley_serve, ready, run_parley
 from tests.support.webpage import TIMEOUT_MS
 
 pytest_plugins = ["tests.support.browser"]
@@ -73,18 +72,6 @@ def _read_link(controller: int) -> str:
     return found.group(1)
 
 
-async def _ready(base: str) -> None:
-    async with httpx.AsyncClient(base_url=base, timeout=5) as client:
-
-        async def status() -> int:
-            try:
-                return (await client.get("/readyz")).status_code
-            except httpx.TransportError:
-                return 0
-
-        await eventually(status, until=lambda code: code == 200, seconds=60)
-
-
 async def test_a_first_run_prints_a_link_that_signs_a_browser_in_once(
     tmp_path: Path, browser: Browser, page: Page
 ) -> None:
@@ -93,7 +80,7 @@ async def test_a_first_run_prints_a_link_that_signs_a_browser_in_once(
     env = parley_env(data_dir=str(data_dir), port=str(port))
     async with _serve_on_a_terminal(env) as (url, stderr):
         base = f"http://127.0.0.1:{port}"
-        await _ready(base)
+        await ready(port)
         await page.goto(url)
         await expect(page).to_have_url(base + "/admin", timeout=TIMEOUT_MS)
         await expect(page.get_by_role("heading", name="People", exact=True)).to_be_visible()

@@ -113,12 +113,12 @@ def test_connectors_are_forbidden_every_gateway_module_but_the_sdk() -> None:
     assert sorted(children - set(contract["forbidden_modules"])) == ["gateway.sdk"]
 
 
-def test_the_readmes_layout_names_every_folder_and_module() -> None:
-    """The README's layout maps the tree as it is: every package of the three, and every
-    module directly in gateway/ and memory/, is named there (a folder moved or added
-    without a line is a map that lies)."""
-    readme = (ROOT / "README.md").read_text()
-    layout = readme.split("## Layout", 1)[1].split("```", 2)[1]
+def test_the_documented_layout_names_every_folder_and_module() -> None:
+    """The layout in the docs maps the tree as it is: every package of the three, and
+    every module directly in gateway/ and memory/, is named there (a folder moved or
+    added without a line is a map that lies)."""
+    page = (ROOT / "docs" / "development.md").read_text()
+    layout = page.split("## Layout", 1)[1].split("```", 2)[1]
     named = set(re.findall(r"[a-z_]+(?:\.py|/)?", layout))
     packages = {
         init.parent.name + "/"

@@ -117,9 +117,9 @@ async def test_the_widget_and_the_frames_files_are_served_gzipped_and_revalidate
     assert int(head.headers["content-length"]) == len(gzip.compress(plain.content, 9, mtime=0))
 
 
-def test_the_readme_says_what_the_widget_and_its_frame_weigh() -> None:
+def test_the_docs_say_what_the_widget_and_its_frame_weigh() -> None:
     source = Path("connectors/webchat")
-    readme = Path("README.md").read_text(encoding="utf-8")
+    readme = Path("docs/widget.md").read_text(encoding="utf-8")
     widget = (source / "widget.js").read_bytes()
     weighs = f"{len(widget) / 1000:.1f} kB ({len(gzip.compress(widget, 9)) / 1000:.1f} kB gzipped)"
     frame = [(source / n).read_bytes() for n in ("page.html", "page.js", "markdown.js", "page.css")]

@@ -327,3 +327,25 @@ async def _heard_on(gateway: Gateway, conversation: str) -> None:
         return fanout.hears(conversation_id)
 
     await eventually(hears, until=bool)
+
+
+async def test_two_replicas_on_redis_share_one_visitors_message_budget(
+    database_url: str, tmp_path: Path, llm: FakeLLM, redis_url: str
+) -> None:
+    limits = {"redis_url": redis_url, "webchat_messages_per_minute": 3}
+    async with replicas(database_url, tmp_path, llm, **limits) as (a, b):
+        token, _ = await a.visitor()
+        other, _ = await b.visitor()
+        spent = [
+            (await gateway.send(token, f"message {n}")).status_code
+            for n, gateway in enumerate((a, b, a))
+        ]
+        over_b = await b.send(token, "one too many, on b")
+        over_a = await a.send(token, "one too many, on a")
+        someone_else = await b.send(other, "my own budget")
+
+    assert spent == [200, 200, 200]
+    assert over_b.status_code == 429
+    assert over_a.status_code == 429
+    assert int(over_b.headers["Retry-After"]) >= 1
+    assert someone_else.status_code == 200

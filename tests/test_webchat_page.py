@@ -327,7 +327,7 @@ async def test_a_token_the_server_no_longer_accepts_starts_a_fresh_conversation(
         old_token = await stored_token(page)
 
         # As if the secret key had been rotated: the stored token is signed by another key.
-        _, stale = VisitorTokens(b"a-key-this-gateway-never-had").new_visitor()
+        _, stale = VisitorTokens([b"a-key-this-gateway-never-had"]).new_visitor()
         await page.evaluate(
             "([key, token]) => localStorage.setItem(key, token)", [TOKEN_KEY, stale]
         )

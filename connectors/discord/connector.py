@@ -26,6 +26,7 @@ from typing import Protocol
 
 import aiohttp
 import discord
+import httpx
 import structlog
 from discord.http import Route
 from fastapi import APIRouter
@@ -40,6 +41,7 @@ from gateway.sdk import (
     ConfigError,
     DeliveryError,
     DiscordSettings,
+    Finding,
     InputError,
     Outbound,
     Pace,
@@ -69,6 +71,13 @@ RECONNECT_MAX_SECONDS = 60.0
 # one-time link (an `/export`) is spent by that fetch before the person clicks it.
 # Which link in a reply is one-time is not known when sending.
 SUPPRESS_EMBEDS = 1 << 2
+# Application flags: the Message Content intent switched on (verified apps, others).
+MESSAGE_CONTENT = 1 << 18
+MESSAGE_CONTENT_LIMITED = 1 << 19
+_TOKEN_REFUSED = (
+    "PARLEY_DISCORD_TOKEN: Discord rejected the bot token (reset and copy it under Bot in "
+    "the developer portal)"
+)
 PORTAL_SWITCH = (
     "Discord refused the message content intent: switch on 'Message Content Intent' under "
     "Bot → Privileged Gateway Intents in the developer portal"
@@ -241,6 +250,38 @@ class DiscordConnector:
                 break
             missed.append(message)
         return missed[::-1]
+
+    # -- set-up (`parley doctor`) -----------------------------------------------------
+
+    async def diagnose(self) -> list[Finding]:
+        headers = {"Authorization": f"Bot {self._token}"}
+        try:
+            async with httpx.AsyncClient(
+                base_url=self._api_url, headers=headers, timeout=10
+            ) as api:
+                me = await api.get("users/@me")
+                app = await api.get("oauth2/applications/@me") if me.is_success else None
+        except httpx.HTTPError as exc:
+            return [
+                Finding(
+                    "Discord bot",
+                    False,
+                    f"Discord did not answer ({type(exc).__name__}): check "
+                    "PARLEY_DISCORD_API_URL and the network",
+                )
+            ]
+        if me.status_code == 401:
+            return [Finding("Discord bot", False, _TOKEN_REFUSED)]
+        if app is None or not app.is_success:
+            status = me.status_code if app is None else app.status_code
+            return [Finding("Discord bot", False, f"Discord answered {status}: try again later")]
+        found = [Finding("Discord bot", True, str(me.json().get("username", "")))]
+        flags = int(app.json().get("flags") or 0)
+        if flags & (MESSAGE_CONTENT | MESSAGE_CONTENT_LIMITED):
+            found.append(Finding("Discord message content", True, "the intent is on"))
+        else:
+            found.append(Finding("Discord message content", False, PORTAL_SWITCH))
+        return found
 
     # -- output -----------------------------------------------------------------------
 

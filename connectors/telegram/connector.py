@@ -14,12 +14,12 @@ on) as one message edited as it grows, finished by editing the reply's first par
 import contextlib
 import hmac
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Protocol
 
 import structlog
 from fastapi import APIRouter, Header, HTTPException, Request, Response, status
-from telegram import Bot, LinkPreviewOptions, ReplyParameters, Update
+from telegram import Bot, LinkPreviewOptions, ReplyParameters, Update, WebhookInfo
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, ChatMigrated, InvalidToken, TelegramError
 
@@ -40,6 +40,7 @@ from gateway.sdk import (
     ChatRef,
     ConfigError,
     DeliveryError,
+    Finding,
     GroupMoves,
     InputError,
     Outbound,
@@ -70,6 +71,16 @@ BOT_INTERVAL = 1 / 30
 # (an `/export`) is spent by that fetch before the person taps it. Which link in a reply
 # is one-time is not known when sending (the model may repeat one it was given).
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+
+
+_REJECTED = "PARLEY_TELEGRAM_TOKEN: Telegram rejected the bot token (copy it again from @BotFather)"
+
+
+def _unreachable(exc: TelegramError) -> str:
+    return (
+        f"Telegram did not answer as expected ({exc.message}): check PARLEY_TELEGRAM_API_URL "
+        "and the network"
+    )
 
 
 class PreviewGone(Exception):
@@ -144,6 +155,102 @@ class TelegramConnector:
         if self._poller is not None:
             await self._poller.close()
         await self.bot.shutdown()
+
+    # -- set-up (`parley doctor`, `parley telegram webhook …`) --------------------------
+
+    def webhook_url(self) -> str | None:
+        """Where Telegram should post updates: None without PARLEY_PUBLIC_URL."""
+        public = self.settings.public_url
+        return None if not public else public.rstrip("/") + WEBHOOK_PATH
+
+    async def diagnose(self) -> list[Finding]:
+        try:
+            async with self.bot:  # getMe: the token
+                me = self.bot.username
+                info = await self.bot.get_webhook_info()
+        except InvalidToken:
+            return [Finding("Telegram bot", False, _REJECTED)]
+        except TelegramError as exc:
+            return [Finding("Telegram bot", False, _unreachable(exc))]
+        return [Finding("Telegram bot", True, f"@{me}"), self._webhook_finding(info)]
+
+    def _webhook_finding(self, info: WebhookInfo) -> Finding:
+        name = "Telegram webhook"
+        if self.settings.mode is TelegramMode.POLLING:
+            if info.url:
+                return Finding(
+                    name,
+                    False,
+                    f"registered at {info.url}, so polling gets nothing: run "
+                    "`parley telegram webhook delete`",
+                )
+            return Finding(name, True, "none (PARLEY_TELEGRAM_MODE=polling)")
+        expected = self.webhook_url()
+        if expected is None:
+            if info.url:
+                return Finding(name, True, f"{info.url} (registered by hand)")
+            return Finding(
+                name,
+                False,
+                "none is registered and PARLEY_PUBLIC_URL is unset: set it to this "
+                "gateway's public HTTPS address and run `parley telegram webhook set`, or use "
+                "PARLEY_TELEGRAM_MODE=polling",
+            )
+        if info.url != expected:
+            return Finding(
+                name,
+                False,
+                f"registered at {info.url or 'nothing'}, not {expected}: run "
+                "`parley telegram webhook set`",
+            )
+        if info.last_error_message:
+            return Finding(
+                name,
+                False,
+                f"Telegram's last post to {expected} failed: {info.last_error_message} "
+                f"({info.pending_update_count} updates waiting); is the gateway reachable "
+                "there over HTTPS?",
+            )
+        return Finding(name, True, f"{expected} ({info.pending_update_count} updates waiting)")
+
+    async def register_webhook(self) -> str:
+        """Tell Telegram to post updates to PARLEY_PUBLIC_URL, with the secret."""
+        url, secret = self.webhook_url(), self.settings.webhook_secret
+        if url is None or secret is None:
+            raise ConfigError(
+                "set PARLEY_PUBLIC_URL (this gateway's public HTTPS address) and "
+                "PARLEY_TELEGRAM_WEBHOOK_SECRET first"
+            )
+        async with self._setting_up():
+            await self.bot.set_webhook(
+                url, secret_token=secret.get_secret_value(), allowed_updates=ALLOWED_UPDATES
+            )
+        return f"Telegram posts updates to {url} now"
+
+    async def describe_webhook(self) -> str:
+        async with self._setting_up():
+            info = await self.bot.get_webhook_info()
+        if not info.url:
+            return "no webhook is registered (updates wait for polling)"
+        lines = [f"url: {info.url}", f"updates waiting: {info.pending_update_count}"]
+        if info.last_error_message:
+            lines.append(f"last error: {info.last_error_message}")
+        return "\n".join(lines)
+
+    async def remove_webhook(self) -> str:
+        async with self._setting_up():
+            await self.bot.delete_webhook()
+        return "no webhook is registered now (updates wait for polling)"
+
+    @contextlib.asynccontextmanager
+    async def _setting_up(self) -> AsyncIterator[None]:
+        try:
+            async with self.bot:
+                yield
+        except InvalidToken:
+            raise ConfigError(_REJECTED) from None
+        except TelegramError as exc:
+            raise ConfigError(_unreachable(exc)) from None
 
     async def _set_webhook(self, url: str) -> None:
         secret = self.settings.webhook_secret

@@ -83,7 +83,7 @@ class WebchatConnector:
         identities = (
             None if secret is None else IdentityTokens(secret.get_secret_value().encode(), now)
         )
-        self.visitors.open(core, VisitorTokens(settings.signing_key(), now=now), identities)
+        self.visitors.open(core, VisitorTokens(settings.signing_keys(), now=now), identities)
 
     async def stop(self) -> None:
         return None
@@ -126,7 +126,7 @@ def _router(visitors: Visitors) -> APIRouter:
         responses={429: {"description": "too many new sessions from this address"}},
     )
     async def new_session(request: Request) -> NewVisitorOut:
-        visitors.new_sessions.take(request.client.host if request.client else "")
+        await visitors.new_sessions.take(request.client.host if request.client else "")
         visitor, token = await visitors.new_visitor()
         return NewVisitorOut(token=token, conversation_id=visitor.identity.conversation_id)
 
@@ -140,7 +140,7 @@ def _router(visitors: Visitors) -> APIRouter:
     async def identify(body: IdentifyIn, request: Request) -> NewVisitorOut:
         """Exchange a site's identity token for a web chat token of that person's one
         conversation; it expires with the identity token."""
-        visitors.new_sessions.take(request.client.host if request.client else "")
+        await visitors.new_sessions.take(request.client.host if request.client else "")
         visitor, token = await visitors.identify(body.identity_token)
         return NewVisitorOut(token=token, conversation_id=visitor.identity.conversation_id)
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from itsdangerous import Signer
 
 from gateway.sdk import AuthError, SignInExpired
 
 _PREFIX = "wc1"
 _IDENTIFIED = "wc2"
 EXPIRED = "the web chat sign-in has expired: identify again"
+_VISITOR_PURPOSE = b"webchat-visitor:"
+_IDENTIFIED_PURPOSE = b"webchat-identified:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +36,13 @@ class Grant:
 
 
 class VisitorTokens:
-    def __init__(self, key: bytes, now: Callable[[], float] = time.time) -> None:
-        self._key = key
+    def __init__(self, keys: Sequence[bytes], now: Callable[[], float] = time.time) -> None:
+        """`keys`: the first signs, each one verifies (a rotation keeps every visitor)."""
+        # The key as it is, the purpose in the signed text: the signatures tokens have
+        # always carried (itsdangerous signs with the last key it is given).
+        self._signer = Signer(
+            list(reversed(keys)), key_derivation="none", digest_method=hashlib.sha256
+        )
         self._now = now
 
     def new_visitor(self) -> tuple[str, str]:
@@ -48,7 +56,7 @@ class VisitorTokens:
     def issue_identified(self, visitor: str, expires_at: int) -> str:
         """A token for `visitor` (any text) that stops working at `expires_at`."""
         payload = f"{_b64(visitor.encode())}.{expires_at}"
-        return f"{_IDENTIFIED}.{payload}.{self._sign(payload, purpose=b'webchat-identified:')}"
+        return f"{_IDENTIFIED}.{payload}.{self._sign(payload, _IDENTIFIED_PURPOSE)}"
 
     def verify(self, token: str) -> Grant:
         """What a token grants; `AuthError` if it was not signed by us, `SignInExpired`
@@ -60,7 +68,7 @@ class VisitorTokens:
         # Tokens are ASCII; anything else is no token of ours (and could not be signed).
         if prefix != _PREFIX or not visitor or not signature or not token.isascii():
             raise AuthError("malformed web chat token")
-        if not hmac.compare_digest(signature, self._sign(visitor)):
+        if not self._signed(visitor, signature):
             raise AuthError("invalid web chat token")
         return Grant(visitor)
 
@@ -69,7 +77,7 @@ class VisitorTokens:
         if len(parts) != 4 or not token.isascii() or not parts[2].isdigit():
             raise AuthError("malformed web chat token")
         payload = f"{parts[1]}.{parts[2]}"
-        if not hmac.compare_digest(parts[3], self._sign(payload, b"webchat-identified:")):
+        if not self._signed(payload, parts[3], _IDENTIFIED_PURPOSE):
             raise AuthError("invalid web chat token")
         try:
             visitor = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode()
@@ -80,9 +88,11 @@ class VisitorTokens:
             raise SignInExpired(EXPIRED)
         return Grant(visitor, expires_at)
 
-    def _sign(self, payload: str, purpose: bytes = b"webchat-visitor:") -> str:
-        digest = hmac.new(self._key, purpose + payload.encode(), hashlib.sha256)
-        return _b64(digest.digest())
+    def _sign(self, payload: str, purpose: bytes = _VISITOR_PURPOSE) -> str:
+        return self._signer.get_signature(purpose + payload.encode()).decode()
+
+    def _signed(self, payload: str, signature: str, purpose: bytes = _VISITOR_PURPOSE) -> bool:
+        return self._signer.verify_signature(purpose + payload.encode(), signature.encode())
 
 
 def _b64(data: bytes) -> str:

@@ -16,6 +16,7 @@ from gateway.sdk import (
     IdentityRef,
     Inbound,
     InputError,
+    Limits,
     LiveEvents,
     RateLimit,
     RateLimited,
@@ -33,10 +34,11 @@ VISITOR_NAME = "Web visitor"
 SITE_PREFIX = "site:"
 
 
-class WebchatCore(Receiving, Identities, History, LiveEvents, Clocked, Protocol):
+class WebchatCore(Receiving, Identities, History, LiveEvents, Clocked, Limits, Protocol):
     """The roles of the core the web chat uses: it signs its visitors in itself, its
     clients read the stored conversation and its live events (no message is sent to
-    them), and tokens expire by the core's clock."""
+    them), tokens expire by the core's clock, and how often a visitor may write holds
+    across replicas."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +51,13 @@ class Visitor:
 
 class Visitors:
     core: WebchatCore  # given by open()
+    new_sessions: RateLimit  # made by open(), from the core's
+    messages: RateLimit
 
     def __init__(self, settings: WebchatSettings) -> None:
         self.settings = settings
         self._tokens: VisitorTokens | None = None
         self._identities: IdentityTokens | None = None
-        self.new_sessions = RateLimit(settings.sessions_per_minute, "new sessions")
-        self.messages = RateLimit(settings.messages_per_minute, "messages")
         # A client told to wait for a free socket slot tries again after this long.
         self.sockets = Slots(settings.sockets_per_visitor, "open sockets", retry_after=10)
 
@@ -66,6 +68,8 @@ class Visitors:
         self.core = core
         self._tokens = tokens
         self._identities = identities
+        self.new_sessions = core.rate_limit(self.settings.sessions_per_minute, "new sessions")
+        self.messages = core.rate_limit(self.settings.messages_per_minute, "messages")
 
     @property
     def tokens(self) -> VisitorTokens:
@@ -113,7 +117,7 @@ class Visitors:
         # Client ids are only unique per visitor; the platform id must be per channel.
         platform_id = None if client_id is None else f"{visitor_id}:{client_id}"
         try:
-            self.messages.take(visitor_id)
+            await self.messages.take(visitor_id)
         except RateLimited:
             # A message sent again (after a reconnect) that was stored the first time is
             # no new message: refusing it would give it back to be sent, and stored, twice.

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any, Protocol
 
+import httpx
 import structlog
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse
@@ -26,6 +27,7 @@ from gateway.sdk import (
     Capabilities,
     ChatRef,
     Clocked,
+    Finding,
     Inbound,
     InputError,
     MalformedJSON,
@@ -90,6 +92,71 @@ class WhatsAppConnector:
         await self.graph.close()
 
     # -- intake -----------------------------------------------------------------------
+
+    async def diagnose(self) -> list[Finding]:
+        number = self.settings.phone_number_id
+        headers = {"Authorization": f"Bearer {self.settings.token.get_secret_value()}"}
+        try:
+            async with httpx.AsyncClient(timeout=10) as http:
+                found = await http.get(
+                    f"{self.settings.api_url.rstrip('/')}/{number}",
+                    params={"fields": "display_phone_number,verified_name"},
+                    headers=headers,
+                )
+                webhook = await self._check_webhook(http)
+        except httpx.HTTPError as exc:
+            return [
+                Finding(
+                    "WhatsApp number",
+                    False,
+                    f"the Graph API did not answer ({type(exc).__name__}): check "
+                    "PARLEY_WHATSAPP_API_URL and the network",
+                )
+            ]
+        if found.is_success:
+            shown = found.json().get("display_phone_number") or number
+            return [Finding("WhatsApp number", True, str(shown)), webhook]
+        message = _graph_message(found)
+        if found.status_code == 401 or "OAuth" in message:
+            detail = f"PARLEY_WHATSAPP_TOKEN: Meta rejected the access token ({message})"
+        else:
+            detail = f"PARLEY_WHATSAPP_PHONE_NUMBER_ID {number}: Meta answered {message}"
+        return [Finding("WhatsApp number", False, detail), webhook]
+
+    async def _check_webhook(self, http: httpx.AsyncClient) -> Finding:
+        """Ask our own public address what Meta asks when the webhook is set up."""
+        name = "WhatsApp webhook"
+        if not self.settings.public_url:
+            return Finding(
+                name,
+                False,
+                "PARLEY_PUBLIC_URL is unset: Meta must reach this gateway at "
+                f"{{PARLEY_PUBLIC_URL}}{WEBHOOK_PATH} over HTTPS",
+            )
+        url = self.settings.public_url.rstrip("/") + WEBHOOK_PATH
+        challenge = "parley-doctor"
+        params = {
+            "hub.mode": "subscribe",
+            "hub.verify_token": self.settings.verify_token.get_secret_value(),
+            "hub.challenge": challenge,
+        }
+        try:
+            answer = await http.get(url, params=params)
+        except httpx.HTTPError as exc:
+            return Finding(
+                name,
+                False,
+                f"{url} did not answer ({type(exc).__name__}): is `parley serve` running "
+                "and reachable there?",
+            )
+        if answer.status_code != 200 or answer.text != challenge:
+            return Finding(
+                name,
+                False,
+                f"{url} answered {answer.status_code} to the verification: is it this "
+                "gateway, with this PARLEY_WHATSAPP_VERIFY_TOKEN?",
+            )
+        return Finding(name, True, f"{url} answers Meta's verification")
 
     def verify_subscription(self, mode: str, token: str) -> bool:
         expected = self.settings.verify_token
@@ -246,3 +313,12 @@ def _router(connector: WhatsAppConnector) -> APIRouter:
         return Response(status_code=status.HTTP_200_OK)
 
     return router
+
+
+def _graph_message(response: httpx.Response) -> str:
+    """The Graph API's own words for a refusal (never the token: it is not in them)."""
+    try:
+        error = response.json().get("error") or {}
+    except ValueError:
+        return f"{response.status_code}"
+    return f"{response.status_code}: {error.get('message', 'no message')}"

@@ -18,7 +18,7 @@ from typing import TypeVar
 from pydantic import SecretStr
 
 from gateway.errors import ConfigError
-from gateway.secrets import key_from
+from gateway.secrets import keys_from
 from gateway.settings import Settings, TelegramMode
 
 __all__ = [
@@ -71,6 +71,8 @@ class WhatsAppSettings:
     api_url: str
     # (name, language) of the approved template reminders go out as outside the window.
     reminder_template: tuple[str, str] | None = None
+    # Parley's public address, where Meta posts notifications (checked by `doctor`).
+    public_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,10 +86,11 @@ class WebchatSettings:
     # The largest socket frame taken, as the largest HTTP body is.
     max_body_bytes: int
     reply_wait_seconds: float
-    # Reads the key that signs visitor tokens. A function, called when the web chat
+    # Reads the keys that sign visitor tokens (the first signs, each verifies). A
+    # function, called when the web chat
     # starts: without PARLEY_SECRET_KEY the key is a file it may create in the data
     # dir, and building connectors does no I/O.
-    signing_key: Callable[[], bytes]
+    signing_keys: Callable[[], tuple[bytes, ...]]
 
 
 def telegram_settings(settings: Settings) -> TelegramSettings | None:
@@ -126,6 +129,7 @@ def whatsapp_settings(settings: Settings) -> WhatsAppSettings | None:
         phone_number_id=_required(settings.whatsapp_phone_number_id, "whatsapp_phone_number_id"),
         api_url=settings.whatsapp_api_url,
         reminder_template=_template(settings.whatsapp_reminder_template),
+        public_url=settings.public_url,
     )
 
 
@@ -147,7 +151,7 @@ def webchat_settings(settings: Settings) -> WebchatSettings:
         max_message_chars=settings.max_message_chars,
         max_body_bytes=settings.max_body_bytes,
         reply_wait_seconds=settings.reply_wait_seconds,
-        signing_key=partial(key_from, settings.secret_key, settings.data_dir),
+        signing_keys=partial(keys_from, settings.secret_key, settings.data_dir),
     )
 
 

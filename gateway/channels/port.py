@@ -16,11 +16,12 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gateway.clock import Clock
 from gateway.envelopes import ChatRef, Inbound, Outbound
 from gateway.events.hub import Event
+from gateway.replicas.rate_limits import RateLimit
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Delivery
@@ -37,10 +38,13 @@ __all__ = [
     "Connector",
     "CoreRoles",
     "Delivery",
+    "Diagnoses",
+    "Finding",
     "GroupMoves",
     "History",
     "Identities",
     "IdentityRef",
+    "Limits",
     "LiveEvents",
     "Pace",
     "Place",
@@ -51,6 +55,7 @@ __all__ = [
     "Singletons",
     "StoredMessage",
     "Watermarks",
+    "Webhooks",
 ]
 
 
@@ -96,6 +101,36 @@ class Capabilities:
 
 
 @dataclass(frozen=True, slots=True)
+class Finding:
+    """One line of `parley doctor`: what was checked, whether it is well, and if not,
+    what to do about it. Never holds a secret."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@runtime_checkable
+class Diagnoses(Protocol):
+    """A connector that can check its credentials and set-up against its platform,
+    without starting (`parley doctor`)."""
+
+    async def diagnose(self) -> list[Finding]: ...
+
+
+@runtime_checkable
+class Webhooks(Protocol):
+    """A connector whose platform is told where to post (`parley telegram webhook …`);
+    each answers a line for the operator, or raises `ConfigError` saying what to fix."""
+
+    async def register_webhook(self) -> str: ...
+
+    async def describe_webhook(self) -> str: ...
+
+    async def remove_webhook(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
 class Received:
     message: StoredMessage
     identity: IdentityRef
@@ -131,6 +166,15 @@ class Singletons(Protocol):
         long polling, a gateway connection. Begins when made; `close()` it on stop.
         `state`: what the work says of itself ("connected"), kept where every replica
         reads it (the dashboard's health page) each time the lease is renewed."""
+        ...
+
+
+class Limits(Protocol):
+    """How often a client may do something, held for the whole deployment (every
+    replica spends from one allowance where Redis is configured)."""
+
+    def rate_limit(self, per_minute: int, what: str) -> RateLimit:
+        """A limit of `per_minute` `what` a minute per key; `what` names it in refusals."""
         ...
 
 
@@ -242,6 +286,7 @@ class CoreRoles(
     Identities,
     History,
     LiveEvents,
+    Limits,
     Protocol,
 ):
     """Every role the core plays, as one: what `Connector.start` is handed. A connector

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -22,7 +23,8 @@ from starlette.requests import HTTPConnection
 from gateway.clock import Clock
 from gateway.http.cors import own_origin
 from gateway.http.problems import ApiError
-from gateway.http.ratelimit import RateLimit
+from gateway.replicas.rate_limits import RateLimits
+from gateway.secrets import signer
 from gateway.settings import Settings
 from memory.storage.operator_sessions import OperatorSessions
 
@@ -47,13 +49,22 @@ class Operator:
 
 class OperatorAuth:
     def __init__(
-        self, sessions: OperatorSessions, key: bytes, admin_token: str | None, clock: Clock
+        self,
+        sessions: OperatorSessions,
+        keys: Sequence[bytes],
+        admin_token: str | None,
+        clock: Clock,
+        limits: RateLimits,
     ) -> None:
         self._sessions = sessions
-        self._key = key
+        # Which admin token a session (or a link) was made under, and its CSRF token:
+        # each signed under a purpose of its own, so none passes for another.
+        self._sessions_of = signer(keys, "parley operator session")
+        self._links_of = signer(keys, "parley sign-in link")
+        self._csrf_of = signer(keys, "parley operator csrf")
         self._admin_token = admin_token
         self._clock = clock
-        self.sign_ins = RateLimit(SIGN_INS_PER_MINUTE, "sign-ins")
+        self.sign_ins = limits.per_minute(SIGN_INS_PER_MINUTE, "sign-ins")
 
     async def link(self) -> str:
         """A fresh one-time sign-in secret, good for `LINK_TTL` (never the admin token)."""
@@ -71,7 +82,7 @@ class OperatorAuth:
     ) -> Operator:
         """Check the admin token, or spend a one-time link, and set the session cookie
         on `response`."""
-        self.sign_ins.take(request.client.host if request.client else "")
+        await self.sign_ins.take(request.client.host if request.client else "")
         if request.url.scheme != "https" and request.url.hostname not in LOOPBACK:
             raise ApiError(
                 400, "sign in over HTTPS: the session cookie is never sent in clear text"
@@ -111,8 +122,8 @@ class OperatorAuth:
         if not token or self._admin_token is None:
             return None
         found = await self._sessions.find(_hash(token), now=self._clock.now())
-        if found is None or not hmac.compare_digest(
-            found.admin_key, self._admin_key(self._admin_token)
+        if found is None or not self._sessions_of.verify_signature(
+            self._admin_token.encode(), found.admin_key.encode()
         ):
             return None
         return Operator(token, self._csrf(token))
@@ -122,7 +133,9 @@ class OperatorAuth:
         if request.method in SAFE_METHODS:
             return
         given = request.headers.get(CSRF_HEADER, "")
-        if not hmac.compare_digest(given.encode(), operator.csrf.encode()):
+        if not given.isascii() or not self._csrf_of.verify_signature(
+            operator.token.encode(), given.encode()
+        ):
             raise ApiError(403, f"a change needs the session's CSRF token in {CSRF_HEADER}")
         origin = request.headers.get("origin")
         if origin is not None and origin != own_origin(request):
@@ -140,13 +153,13 @@ class OperatorAuth:
         return self._admin_token
 
     def _admin_key(self, admin_token: str) -> str:
-        return hmac.new(self._key, b"operator:" + admin_token.encode(), hashlib.sha256).hexdigest()
+        return self._sessions_of.get_signature(admin_token.encode()).decode()
 
     def _link_key(self, admin_token: str) -> str:
-        return hmac.new(self._key, b"link:" + admin_token.encode(), hashlib.sha256).hexdigest()
+        return self._links_of.get_signature(admin_token.encode()).decode()
 
     def _csrf(self, token: str) -> str:
-        return hmac.new(self._key, b"csrf:" + token.encode(), hashlib.sha256).hexdigest()
+        return self._csrf_of.get_signature(token.encode()).decode()
 
 
 def sign_in_url(settings: Settings, secret: str) -> str:

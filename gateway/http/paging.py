@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Generic, Protocol, TypeVar
 
@@ -21,6 +19,7 @@ from fastapi import Query
 from pydantic import BaseModel
 
 from gateway.http.problems import ApiError
+from gateway.secrets import signer
 
 T = TypeVar("T")
 Position = list[Any]
@@ -37,13 +36,14 @@ class Page(BaseModel, Generic[T]):
 
 
 class Cursors:
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, keys: Sequence[bytes]) -> None:
         # A key of its own: a cursor can never pass for a token signed elsewhere.
-        self._key = hmac.new(secret, b"parley api cursor", hashlib.sha256).digest()
+        self._signer = signer(keys, "parley api cursor")
 
     def make(self, scope: str, position: Position) -> str:
         payload = json.dumps(position, separators=(",", ":")).encode()
-        return f"{_b64(payload)}.{_b64(self._sign(scope, payload))}"
+        signature = self._signer.get_signature(_signed(scope, payload)).decode()
+        return f"{_b64(payload)}.{signature}"
 
     def read(self, scope: str, cursor: str | None) -> Position | None:
         """The position `cursor` holds, or None for the first page."""
@@ -51,10 +51,12 @@ class Cursors:
             return None
         encoded, _, signature = cursor.partition(".")
         try:
-            payload, given = _unb64(encoded), _unb64(signature)
+            payload = _unb64(encoded)
         except (binascii.Error, ValueError):
             raise _bad() from None
-        if not hmac.compare_digest(given, self._sign(scope, payload)):
+        if not cursor.isascii() or not self._signer.verify_signature(
+            _signed(scope, payload), signature.encode()
+        ):
             raise _bad()
         position = json.loads(payload)
         if not isinstance(position, list):
@@ -70,8 +72,9 @@ class Cursors:
         after = self.make(scope, position(shown[-1])) if len(items) > limit else None
         return shown, after
 
-    def _sign(self, scope: str, payload: bytes) -> bytes:
-        return hmac.new(self._key, scope.encode() + b"\0" + payload, hashlib.sha256).digest()[:16]
+
+def _signed(scope: str, payload: bytes) -> bytes:
+    return scope.encode() + b"\0" + payload
 
 
 class Created(Protocol):

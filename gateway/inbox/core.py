@@ -25,6 +25,7 @@ from gateway.events.hub import Ended, Event, Hub, Overflow, Stored
 from gateway.inbox.policy import AccessPolicy
 from gateway.metrics import Metrics
 from gateway.replicas.leader import Leader, Step
+from gateway.replicas.rate_limits import RateLimit, RateLimits
 from gateway.text import clean_inbound
 from gateway.turns.runner import TurnRunner
 from memory.storage.identities import IdentityRef
@@ -47,6 +48,7 @@ class Core:
         self,
         *,
         repos: Repositories,
+        rate_limits: RateLimits,
         hub: Hub,
         clock: Clock,
         default_timezone: str,
@@ -59,6 +61,7 @@ class Core:
     ) -> None:
         """`replicas`: other processes may answer this one's conversations."""
         self._metrics = metrics
+        self._rate_limits = rate_limits
         self._messages = repos.messages
         self._conversations = repos.conversations
         self._identities = repos.identities
@@ -75,6 +78,9 @@ class Core:
         self._policy = policy
         self._runner = runner
         self._outbox = outbox
+
+    def rate_limit(self, per_minute: int, what: str) -> RateLimit:
+        return self._rate_limits.per_minute(per_minute, what)
 
     @property
     def clock(self) -> Clock:

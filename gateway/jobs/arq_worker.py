@@ -20,7 +20,7 @@ import structlog
 from arq import ArqRedis, cron, func
 from arq.connections import RedisSettings
 from arq.typing import WorkerCoroutine
-from arq.worker import Worker
+from arq.worker import Worker, async_check_health
 from prometheus_client import start_http_server
 from redis.asyncio import ConnectionPool
 from redis.exceptions import RedisError
@@ -34,6 +34,8 @@ from gateway.settings import Settings
 from gateway.wiring import model_provider, open_stores
 
 QUEUE_NAME = "parley:jobs"
+# How often a worker renews its health key (`parley worker --check` reads it).
+HEALTH_CHECK_SECONDS = 30
 # Generous: a summary of a large chunk on a slow model takes minutes. A worker killed
 # mid-job is recovered through the chunk lease, not through this timeout.
 JOB_TIMEOUT_SECONDS = 900
@@ -153,6 +155,16 @@ async def sweep(ctx: dict[str, Any]) -> None:
     await jobs.sweep()
 
 
+async def healthy(settings: Settings) -> bool:
+    """Whether a worker has said it is alive lately (arq's health key, which a worker
+    renews every HEALTH_CHECK_SECONDS and which lapses soon after)."""
+    assert settings.redis_url is not None  # `parley worker` refuses to run without it
+    found = await async_check_health(
+        RedisSettings.from_dsn(settings.redis_url), queue_name=QUEUE_NAME
+    )
+    return found == 0
+
+
 def run_worker(settings: Settings) -> None:
     """`parley worker`: arq, started again with backoff whenever Redis goes away, until
     SIGINT or SIGTERM. A supervisor still belongs in production; an outage of seconds
@@ -239,6 +251,7 @@ def build_worker(
         on_shutdown=_shutdown,
         ctx={"settings": settings, "metrics": metrics or Metrics()},
         keep_result=0,
+        health_check_interval=HEALTH_CHECK_SECONDS,
         max_jobs=settings.embedded_job_concurrency * 2,
         burst=burst,
         poll_delay=poll_delay,

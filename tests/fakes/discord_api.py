@@ -283,7 +283,8 @@ class FakeDiscord:
                 "bot_public": False,
                 "bot_require_code_grant": False,
                 "verify_key": "0" * 64,
-                "flags": 1 << 19,  # GATEWAY_MESSAGE_CONTENT_LIMITED
+                # GATEWAY_MESSAGE_CONTENT_LIMITED, unless the portal's switch is off.
+                "flags": 0 if self.refuse_message_content else 1 << 19,
                 "owner": user(1, "owner"),
                 "team": None,
             }

@@ -64,7 +64,10 @@ class FakeGraph:
         self._changed = asyncio.Condition()
         self._ids = itertools.count(1)
         self.app = Starlette(
-            routes=[Route("/{version}/{phone}/messages", self._messages, methods=["POST"])]
+            routes=[
+                Route("/{version}/{phone}/messages", self._messages, methods=["POST"]),
+                Route("/{version}/{phone}", self._phone_number),
+            ]
         )
 
     @property
@@ -91,6 +94,26 @@ class FakeGraph:
             raise TimeoutError(
                 f"condition not met; {len(self.texts_sent)} texts, {len(self.reads)} reads"
             ) from None
+
+    async def _phone_number(self, request: Request) -> JSONResponse:
+        """`GET /{phone_number_id}`: the business number, as Meta describes it."""
+        if request.headers.get("authorization") != f"Bearer {TOKEN}":
+            return _graph_error(401, 190, "Invalid OAuth access token - Cannot parse access token")
+        phone = request.path_params["phone"]
+        if phone != PHONE_NUMBER_ID:
+            return _graph_error(
+                400,
+                100,
+                f"Unsupported get request. Object with ID '{phone}' does not exist, cannot be "
+                "loaded due to missing permissions, or does not support this operation",
+            )
+        return JSONResponse(
+            {
+                "verified_name": "Parley Test",
+                "display_phone_number": "+1 555-010-0199",
+                "id": PHONE_NUMBER_ID,
+            }
+        )
 
     async def _messages(self, request: Request) -> JSONResponse:
         if request.headers.get("authorization") != f"Bearer {TOKEN}":

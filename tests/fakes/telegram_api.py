@@ -75,6 +75,11 @@ class FakeTelegram:
         self._closing = False
         # While this is an event not set, sendMessage answers once it is (a slow Telegram).
         self.gate: asyncio.Event | None = None
+        # The webhook as setWebhook left it ("" for none), and what Telegram says went
+        # wrong with its last post there (a test sets it).
+        self.webhook_url = ""
+        self.webhook_secret: str | None = None
+        self.webhook_error: str | None = None
         self.app = Starlette(
             routes=[Route("/bot{token}/{method}", self._method, methods=["GET", "POST"])]
         )
@@ -158,8 +163,9 @@ class FakeTelegram:
             return _error(failure.status, failure.description, extra or None)
         handler = {
             "getMe": self._get_me,
-            "setWebhook": _true,
-            "deleteWebhook": _true,
+            "setWebhook": self._set_webhook,
+            "deleteWebhook": self._delete_webhook,
+            "getWebhookInfo": self._webhook_info,
             "sendChatAction": _true,
             "sendMessage": self._send_message,
             "sendMessageDraft": self._send_draft,
@@ -175,6 +181,25 @@ class FakeTelegram:
                 params["_accepted"] = True
             self._changed.notify_all()
         return response
+
+    def _set_webhook(self, params: dict[str, Any]) -> JSONResponse:
+        self.webhook_url = str(params.get("url", ""))
+        self.webhook_secret = params.get("secret_token")
+        return _true(params)
+
+    def _delete_webhook(self, params: dict[str, Any]) -> JSONResponse:
+        self.webhook_url, self.webhook_secret = "", None
+        return _true(params)
+
+    def _webhook_info(self, _: dict[str, Any]) -> JSONResponse:
+        info: dict[str, Any] = {
+            "url": self.webhook_url,
+            "has_custom_certificate": False,
+            "pending_update_count": 0,
+        }
+        if self.webhook_error is not None:
+            info |= {"last_error_date": 1_700_000_000, "last_error_message": self.webhook_error}
+        return _ok(info)
 
     def _get_me(self, _: dict[str, Any]) -> JSONResponse:
         return _ok(_bot_user())

@@ -96,9 +96,13 @@ async def parley_serve(env: dict[str, str], cwd: Path) -> AsyncIterator[Served]:
 
 
 async def start_parley(
-    *args: str, env: dict[str, str], cwd: Path, stderr: int = asyncio.subprocess.DEVNULL
+    *args: str,
+    env: dict[str, str],
+    cwd: Path,
+    stderr: int = asyncio.subprocess.DEVNULL,
+    stdout: int = asyncio.subprocess.DEVNULL,
 ) -> asyncio.subprocess.Process:
-    """`parley <args>` as a child process (its stdout discarded)."""
+    """`parley <args>` as a child process (its stdout discarded unless asked for)."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -106,9 +110,31 @@ async def start_parley(
         *args,
         env=env,
         cwd=cwd,
-        stdout=asyncio.subprocess.DEVNULL,
+        stdout=stdout,
         stderr=stderr,
     )
+
+
+async def ready(port: int, seconds: float = 60) -> None:
+    """Until the gateway on `port` answers /readyz with 200."""
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+
+        async def status() -> int:
+            try:
+                return (await client.get("/readyz")).status_code
+            except httpx.TransportError:
+                return 0
+
+        await eventually(status, until=lambda code: code == 200, seconds=seconds)
+
+
+async def parley_output(*args: str, env: dict[str, str]) -> tuple[int, str]:
+    """`parley <args>` without blocking the event loop (and the fakes it serves): its
+    exit code and stdout."""
+    process = await start_parley(*args, env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE)
+    assert process.stdout is not None
+    out = await asyncio.wait_for(process.stdout.read(), 120)
+    return await asyncio.wait_for(process.wait(), 30), out.decode()
 
 
 async def stop_process(
