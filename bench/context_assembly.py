@@ -441,6 +441,7 @@ class CapturingLLM:
     """Records the prompt `Answerer.answer` would send, and answers at once."""
 
     name = "capture"
+    model = "capture"
     offers_tools = True  # as the real model it stands in for; it never calls one
 
     def __init__(self) -> None:

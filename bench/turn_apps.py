@@ -35,6 +35,7 @@ class ZeroLatencyLLM:
     """A model that answers at once with a short fixed reply, without any network."""
 
     name = "zero-latency"
+    model = "zero-latency"
     offers_tools = True  # as the real model it stands in for; it never calls one
 
     async def stream(self, prompt: Prompt) -> AsyncIterator[str]:

@@ -121,6 +121,7 @@ def secrets_of(settings: Settings) -> list[str]:
             # Several signing keys may be given, comma-separated (a rotation).
             keys = [key.strip() for key in secret.split(",")] if name == "secret_key" else []
             found += [secret, *keys]
+    found += [f.api_key.get_secret_value() for f in settings.llm_fallbacks if f.api_key]
     for url in (settings.database_url, settings.redis_url):
         password = urlsplit(url).password if url else None
         if password:

@@ -42,6 +42,13 @@ class Metrics:
             buckets=TURN_BUCKETS,
             registry=registry,
         )
+        self.model_fallbacks = Counter(
+            "parley_model_fallbacks",
+            "Turns' model calls a model failed, so the next one of PARLEY_LLM_FALLBACKS "
+            "was asked, by the model that failed.",
+            ["model"],
+            registry=registry,
+        )
         self.lookups = Counter(
             "parley_lookups",
             "Recall tool calls turns made, by tool.",

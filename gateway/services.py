@@ -191,7 +191,7 @@ class Services:
         # Every family of chat commands, one entry each; `/help` lists what is here.
         commands.register(
             HelpCommand(commands),
-            StatusCommand(archive, repos.deliveries, profiles, repos.lookups),
+            StatusCommand(archive, repos.deliveries, profiles, repos.lookups, repos.messages),
             ProfileCommands(repos.conversations, profiles, clock),
             LinkCommands(
                 linking=linking,

@@ -6,13 +6,16 @@ environment anywhere else.
 
 from __future__ import annotations
 
+import json
 import re
 import zoneinfo
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
+    BaseModel,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -32,6 +35,27 @@ class LLMProviderName(StrEnum):
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
     OFFLINE = "offline"
+
+
+class FallbackModel(BaseModel):
+    """A model tried when the ones before it failed (PARLEY_LLM_FALLBACKS)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: Literal[LLMProviderName.OPENAI, LLMProviderName.ANTHROPIC]
+    model: str = Field(min_length=1, max_length=200)
+    base_url: str | None = Field(default=None, pattern=r"^https?://")
+    api_key: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _anthropic_key(self) -> FallbackModel:
+        if self.provider is LLMProviderName.ANTHROPIC and self.api_key is None:
+            raise ValueError("an anthropic model needs api_key")
+        return self
+
+    @property
+    def resolved_base_url(self) -> str:
+        return (self.base_url or _DEFAULT_BASE_URLS[self.provider]).rstrip("/")
 
 
 class Policy(StrEnum):
@@ -191,6 +215,12 @@ class Settings(BaseSettings):
     # Recall tool calls one turn may make (0: the model gets no tools).
     llm_max_tool_calls: int = Field(default=6, ge=0, le=50)
     """Recall tool calls one turn may make (0: no tools)."""
+    llm_fallbacks: Annotated[tuple[FallbackModel, ...], NoDecode] = ()
+    """Models asked in order when the main one fails after its retries (an error, a time-out,
+    5xx, 429, an overloaded answer), for turns and background work alike: a JSON list of
+    `{"provider": "openai" | "anthropic", "model", "base_url", "api_key"}` (`base_url`
+    defaults to the provider's own; Anthropic needs `api_key`). A reply is never two models'
+    words: what a failing model showed is withdrawn before the next one writes."""
 
     # Memory (DESIGN §4). Sizes are for a 128k-token model and shrink in proportion
     # on a smaller PARLEY_LLM_CONTEXT_TOKENS.
@@ -434,6 +464,21 @@ class Settings(BaseSettings):
             raise ValueError(f"quiet hours are HH:MM-HH:MM (e.g. 22:00-08:00), not {value!r}")
         return value.strip()
 
+    @field_validator("llm_fallbacks", mode="before")
+    @classmethod
+    def _fallbacks_json(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        if not value.strip():
+            return ()
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            raise ValueError("must be a JSON list of models") from None
+        if not isinstance(parsed, list):
+            raise ValueError("must be a JSON list of models")
+        return parsed
+
     @field_validator("webchat_allowed_origins", mode="before")
     @classmethod
     def _origins(cls, value: object) -> object:
@@ -528,7 +573,11 @@ def _describe(exc: ValidationError) -> str:
     for error in exc.errors():
         message = error["msg"].removeprefix("Value error, ")
         if error["loc"]:
-            lines.append(f"invalid setting PARLEY_{str(error['loc'][0]).upper()}: {message}")
+            name, *inside = error["loc"]
+            # Where in a structured setting (an entry of a list, its field): never its value.
+            where = ", ".join(f"entry {p}" if isinstance(p, int) else str(p) for p in inside)
+            place = f" ({where})" if where else ""
+            lines.append(f"invalid setting PARLEY_{str(name).upper()}{place}: {message}")
         else:  # a rule across settings; the message names them
             lines.append(f"invalid settings: {message}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from memory.archive.reads import ArchiveStatus
 from memory.profile.profiles import Profiles
 from memory.storage.deliveries import Deliveries
 from memory.storage.lookups import Lookups
+from memory.storage.messages import Messages
 from memory.storage.models import ChunkStatus
 
 LEVEL_NAMES = {0: "chunks", 1: "consolidated chunks"}
@@ -16,8 +17,14 @@ LOOKUPS_SHOWN = 3
 
 class StatusCommand:
     def __init__(
-        self, archive: Archive, deliveries: Deliveries, profiles: Profiles, lookups: Lookups
+        self,
+        archive: Archive,
+        deliveries: Deliveries,
+        profiles: Profiles,
+        lookups: Lookups,
+        messages: Messages,
     ) -> None:
+        self._messages = messages
         self._archive = archive
         self._deliveries = deliveries
         self._profiles = profiles
@@ -31,6 +38,9 @@ class StatusCommand:
     async def status(self, invocation: Invocation) -> str:
         conversation = invocation.conversation_id
         lines = [describe(await self._archive.status(conversation))]
+        model = await self._messages.last_model(conversation)
+        if model is not None:
+            lines.append(f"Last reply written by: {model}.")
         uncertain = await self._deliveries.uncertain_parts(conversation)
         if uncertain:
             lines.append(

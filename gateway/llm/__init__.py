@@ -19,6 +19,7 @@ from gateway.llm.base import (
     UsageSink,
     complete,
 )
+from gateway.llm.fallback import ModelChain
 from gateway.llm.offline import OfflineProvider
 from gateway.llm.openai import OpenAIProvider
 from gateway.settings import LLMProviderName, Settings
@@ -47,7 +48,27 @@ class _HTTPOptions(TypedDict):
 
 
 def build_provider(settings: Settings, on_usage: UsageSink | None = None) -> LLMProvider:
-    """The provider the settings name; `on_usage` hears the tokens of each call."""
+    """The provider the settings name, with its fallbacks after it (a chain) if any;
+    `on_usage` hears the tokens of each call."""
+    main = _main_provider(settings, on_usage)
+    if not settings.llm_fallbacks:
+        return main
+    options = _http_options(settings)
+    fallbacks: list[LLMProvider] = []
+    for fallback in settings.llm_fallbacks:
+        own: _HTTPOptions = options | {
+            "base_url": fallback.resolved_base_url,
+            "model": fallback.model,
+            "api_key": fallback.api_key.get_secret_value() if fallback.api_key else None,
+        }
+        kind = (
+            AnthropicProvider if fallback.provider is LLMProviderName.ANTHROPIC else OpenAIProvider
+        )
+        fallbacks.append(kind(**own, on_usage=on_usage))
+    return ModelChain([main, *fallbacks])
+
+
+def _main_provider(settings: Settings, on_usage: UsageSink | None) -> LLMProvider:
     match settings.llm_provider:
         case LLMProviderName.OPENAI:
             return OpenAIProvider(**_http_options(settings), on_usage=on_usage)

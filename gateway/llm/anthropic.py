@@ -41,7 +41,7 @@ class AnthropicProvider(HTTPProvider):
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": prompt.model or self._model,
+            "model": prompt.model or self.model,
             "max_tokens": prompt.max_tokens,
             "messages": with_steps(anthropic_messages(prompt.turns), prompt.steps),
             "stream": True,

@@ -90,6 +90,8 @@ UsageSink = Callable[[Usage], None]
 
 class LLMProvider(Protocol):
     name: str
+    # The model it asks unless a prompt names another: what is stored on its replies.
+    model: str
     # Whether its model can call tools: a turn offers the recall tools, and tells of
     # them in its system prompt, only then.
     offers_tools: bool

@@ -366,7 +366,7 @@ class HTTPProvider:
         self._url = f"{base_url.rstrip('/')}{self.path}"
         self._on_usage = on_usage
         self._api_key = api_key
-        self._model = model
+        self.model = model
         self._policy = RetryPolicy(max_retries, retry_base_seconds)
         self._client = new_client(timeout)
 

@@ -12,6 +12,7 @@ OFFLINE = "offline"
 
 class OfflineProvider:
     name = OFFLINE
+    model = OFFLINE
     offers_tools = False
 
     async def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:

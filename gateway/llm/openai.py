@@ -36,7 +36,7 @@ class OpenAIProvider(HTTPProvider):
         for step in prompt.steps:
             messages += _step_messages(step)
         body: dict[str, Any] = {
-            "model": prompt.model or self._model,
+            "model": prompt.model or self.model,
             "messages": messages,
             "max_tokens": prompt.max_tokens,
             "stream": True,

@@ -21,6 +21,7 @@ from gateway.errors import LLMError
 from gateway.events.hub import DeltaEvent, Hub, Typing
 from gateway.llm import LLMProvider, Prompt
 from gateway.llm.base import Tool, ToolCall, ToolStep
+from gateway.llm.fallback import asked_of, models_of
 from gateway.llm.offline import OFFLINE
 from gateway.metrics import Metrics
 from gateway.text import clean
@@ -99,6 +100,8 @@ class Answer:
     source: str | None = None
     # A model's answer: its last call's prompt, estimated (the tools it declared too).
     prompt_tokens: int | None = None
+    # The model that wrote it (the main one, or a fallback that took over).
+    model: str | None = None
 
 
 class Answerer:
@@ -118,6 +121,8 @@ class Answerer:
         renderings: KeptRenderings | None = None,
     ) -> None:
         self._llm = llm
+        # The main model, then its fallbacks: a turn asks the next when one fails.
+        self._models = models_of(llm)
         self._hub = hub
         self._clock = clock
         self._persona = persona
@@ -203,6 +208,8 @@ class Answerer:
         lookups: list[NewLookup] = []
         scope: Scope | None = None  # read once, at the turn's first call
         left = self._limits.max_tool_calls
+        # Once a fallback has taken over, the rest of the turn stays with it.
+        writer = 0
         try:
             while True:
                 carried = fit_steps(steps, room)
@@ -213,7 +220,9 @@ class Answerer:
                     asked = replace(prompt, turns=last, tools=(), steps=())
                 else:
                     asked = replace(prompt, steps=carried)
-                text, calls = await self._call_model(state.conversation_id, asked, preview)
+                text, calls, writer = await self._call_model(
+                    state.conversation_id, asked, preview, writer
+                )
                 if not calls or self._recall is None:
                     break
                 if left <= 0:
@@ -234,10 +243,35 @@ class Answerer:
                 await self._recall.record(state.conversation_id, trigger.id, lookups)
         if not text:
             raise LLMError("the model returned an empty reply")
-        return Answer(text, prompt_tokens=_size(asked, known))
+        return Answer(text, prompt_tokens=_size(asked, known), model=self._models[writer].model)
 
     async def _call_model(
-        self, conversation_id: uuid.UUID, prompt: Prompt, preview: Preview
+        self, conversation_id: uuid.UUID, prompt: Prompt, preview: Preview, first: int
+    ) -> tuple[str, list[ToolCall], int]:
+        """The reply of the first model, from the `first`, that gives one whole (and
+        which that was); `LLMError` if none does. What a model that failed part-way
+        showed is withdrawn as the next one starts."""
+        failure: LLMError | None = None
+        for index in range(first, len(self._models)):
+            model = self._models[index]
+            try:
+                text, calls = await self._stream(
+                    conversation_id, asked_of(prompt, index), preview, model
+                )
+            except LLMError as exc:
+                failure = exc
+                if index + 1 < len(self._models):
+                    log.warning(
+                        "a model failed; the next one answers", model=model.model, error=str(exc)
+                    )
+                    self._metrics.model_fallbacks.labels(model.model).inc()
+                continue
+            return text, calls, index
+        assert failure is not None
+        raise failure
+
+    async def _stream(
+        self, conversation_id: uuid.UUID, prompt: Prompt, preview: Preview, model: LLMProvider
     ) -> tuple[str, list[ToolCall]]:
         pieces: list[str] = []
         calls: list[ToolCall] = []
@@ -251,7 +285,7 @@ class Answerer:
         self._hub.publish(conversation_id, Typing(conversation_id))
         preview.restart()
         with self._metrics.model_seconds.time():
-            async for piece in self._llm.stream(prompt):
+            async for piece in model.stream(prompt):
                 if isinstance(piece, ToolCall):
                     calls.append(piece)
                     continue

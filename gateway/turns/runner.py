@@ -356,6 +356,7 @@ class TurnRunner:
                 reply_to_seq=trigger.seq,
                 delivery=Delivery.SENT if stored_is_sent else Delivery.PENDING,
                 prompt_tokens=answer.prompt_tokens,
+                model=answer.model,
             ),
             now=self._clock.now(),
             held=held,

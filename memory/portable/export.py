@@ -398,6 +398,7 @@ def _message(row: Any) -> dict[str, Any]:
         "delivery": None if message.delivery is None else message.delivery.value,
         "delivery_attempts": message.delivery_attempts,
         "delivery_error": message.delivery_error,
+        "model": message.model,
         "text": message.text,
     }
 

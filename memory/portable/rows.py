@@ -27,6 +27,7 @@ CHANNEL_CHARS = 32
 NAME_CHARS = 200
 ID_CHARS = 200
 MESSAGE_ID_CHARS = 255
+MODEL_CHARS = 200  # the column's width
 TIMEZONE_CHARS = 64
 REASON_CHARS = 32
 
@@ -193,6 +194,7 @@ def message(record: Fields) -> MessageRow:
         "delivery": delivery,
         "delivery_attempts": record.integer_or_none("delivery_attempts") or 0,
         "delivery_error": error,
+        "model": record.text_or_none("model", limit=MODEL_CHARS, cut=True),
     }
     return MessageRow(record.author_key("author"), record.chunk_key("chunk"), values)
 

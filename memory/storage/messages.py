@@ -48,6 +48,8 @@ class StoredMessage:
     delivery: Delivery | None
     # Why the platform refused the reply (set when delivery failed or is being retried).
     delivery_error: str | None = None
+    # A model's reply: the model that wrote it.
+    model: str | None = None
 
     @property
     def sent_at(self) -> datetime:
@@ -79,6 +81,7 @@ class NewMessage:
     reply_to_seq: int | None = None
     delivery: Delivery | None = None
     prompt_tokens: int | None = None
+    model: str | None = None
 
 
 MESSAGE_COLUMNS = (
@@ -98,6 +101,7 @@ MESSAGE_COLUMNS = (
     Message.reply_to_seq,
     Message.delivery,
     Message.delivery_error,
+    Message.model,
 )
 
 
@@ -298,6 +302,17 @@ class Messages:
         async with self._sessions() as session:
             return [message_view(row) for row in await session.execute(query)]
 
+    async def last_model(self, conversation_id: uuid.UUID) -> str | None:
+        """The model that wrote the conversation's latest model reply, if any."""
+        query = (
+            select(Message.model)
+            .where(Message.conversation_id == conversation_id, Message.model.is_not(None))
+            .order_by(Message.seq.desc())
+            .limit(1)
+        )
+        async with self._sessions() as session:
+            return await session.scalar(query)
+
 
 def _pending(row: Any) -> PendingReply:
     """A row of `pending_replies`: the reply's columns, the trigger's, then the chat's."""
@@ -361,6 +376,7 @@ def _row(
         "created_at": now,
         "token_count": tokens,
         "prompt_tokens": new.prompt_tokens,
+        "model": new.model,
         "reply_to_seq": new.reply_to_seq,
         "delivery": new.delivery,
         "delivery_attempts": 0,

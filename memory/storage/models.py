@@ -236,6 +236,8 @@ class Message(Base):
     # A model's reply: about how many tokens its turn's prompt was (is memory keeping
     # the prompt bounded?).
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    # A model's reply: which model wrote it (the main one, or a fallback).
+    model: Mapped[str | None] = mapped_column(String(200))
     chunk_id: Mapped[int | None] = mapped_column(
         ForeignKey("chunks.id", ondelete="SET NULL"), index=True
     )

@@ -36,6 +36,8 @@ class OperatorMessage(MessageOut):
     delivery: str | None
     # The platform's reason when delivery failed (or is being retried).
     delivery_error: str | None = None
+    # A model's reply: the model that wrote it (a fallback's, when the main one failed).
+    model: str | None = None
 
     @classmethod
     def of(cls, message: StoredMessage) -> OperatorMessage:
@@ -48,6 +50,7 @@ class OperatorMessage(MessageOut):
             platform_message_id=message.platform_message_id,
             delivery=None if message.delivery is None else message.delivery.value,
             delivery_error=message.delivery_error,
+            model=message.model,
         )
 
 

@@ -39,6 +39,7 @@ export async function conversation(body, id, focus) {
     const parts = [`#${m.seq}`, when(m.created_at), m.role];
     if (m.source) parts.push(`[source: ${m.source}]`);
     if (m.author_name && m.role === "user") parts.push(m.author_name);
+    if (m.model) parts.push(`by ${m.model}`);
     const el = h("li", { class: `message ${m.role}`, id: `m${m.seq}`, "data-seq": m.seq, "data-delivery": String(m.delivery) },
       h("header", {}, parts.join(" · "), " ", h("span", { class: "badge" }, m.channel),
         m.delivery && m.delivery !== "sent" ? h("span", { class: `badge ${m.delivery === "failed" ? "bad" : "warn"}` }, m.delivery) : null),
