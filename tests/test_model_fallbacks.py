@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ from gateway.errors import ConfigError
 from gateway.llm.base import Prompt, complete
 from gateway.llm.fallback import ModelChain
 from gateway.settings import load_settings
+from gateway.turns.answering import MODEL_REST
 from memory.chat_turn import ChatTurn
 from tests.fakes.llm_server import Behaviour, Fail, FailMidStream, FakeLLM, Reply, fake_llm
+from tests.support.clock import ManualClock
 from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, next_frame, running_gateway
 from tests.support.process import free_port
 from tests.support.providers import provider
@@ -163,3 +166,26 @@ async def _reply_and_status(gw: Gateway, token: str) -> tuple[dict[str, Any], st
 
 def _prompt() -> Prompt:
     return Prompt("Summarise.", (ChatTurn("user", "what was said"),), max_tokens=64)
+
+
+async def test_a_failed_model_rests_so_the_next_turns_go_straight_to_the_one_that_works(
+    database_url: str, tmp_path: Path, llm: FakeLLM, backup: FakeLLM
+) -> None:
+    clock = ManualClock(datetime(2026, 12, 5, 12, 0, tzinfo=UTC))
+    llm.script(*[Fail(503)] * 3, Reply("the main model, back again"))
+    backup.script(Reply("first, from the backup"), Reply("second, from the backup"))
+    settings = make_settings(database_url, tmp_path, llm, llm_fallbacks=_fallbacks(backup))
+    async with running_gateway(settings, clock=clock) as gw:
+        token, _ = await gw.visitor()
+        first = (await gw.send(token, "one")).json()["reply"]["text"]
+        second = (await gw.send(token, "two")).json()["reply"]["text"]
+        asked_while_resting = len(llm.requests)
+        clock.advance(MODEL_REST + timedelta(seconds=1))
+        third = (await gw.send(token, "three")).json()["reply"]["text"]
+
+    assert [first, second, third] == [
+        "first, from the backup",
+        "second, from the backup",  # the main model was not asked again meanwhile
+        "the main model, back again",
+    ]
+    assert asked_while_resting == 3

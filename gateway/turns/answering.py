@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import structlog
@@ -58,6 +59,9 @@ MODEL_DOWN_NOTICE = (
 # reply ends without a call): a preamble before a call is a sentence or two ("Let me
 # look that up."), an answer soon outgrows that.
 ANSWER_CHARS = 160
+# A model that failed while a later one answered is passed over for this long: turns
+# meanwhile go straight to the one that works, not through the failing one's retries.
+MODEL_REST = timedelta(seconds=30)
 TOOL_LIMIT_NOTICE = (
     "Sorry — I kept searching my archive and didn't get to an answer. "
     "Ask me again, perhaps more precisely, and I'll try once more."
@@ -123,6 +127,8 @@ class Answerer:
         self._llm = llm
         # The main model, then its fallbacks: a turn asks the next when one fails.
         self._models = models_of(llm)
+        # When each model that failed may be asked again (by index in `_models`).
+        self._resting: dict[int, datetime] = {}
         self._hub = hub
         self._clock = clock
         self._persona = persona
@@ -252,7 +258,8 @@ class Answerer:
         which that was); `LLMError` if none does. What a model that failed part-way
         showed is withdrawn as the next one starts."""
         failure: LLMError | None = None
-        for index in range(first, len(self._models)):
+        order = self._order(first)
+        for position, index in enumerate(order):
             model = self._models[index]
             try:
                 text, calls = await self._stream(
@@ -260,15 +267,25 @@ class Answerer:
                 )
             except LLMError as exc:
                 failure = exc
-                if index + 1 < len(self._models):
+                if position + 1 < len(order):
                     log.warning(
                         "a model failed; the next one answers", model=model.model, error=str(exc)
                     )
                     self._metrics.model_fallbacks.labels(model.model).inc()
+                    self._resting[index] = self._clock.now() + MODEL_REST
                 continue
+            self._resting.pop(index, None)
             return text, calls, index
         assert failure is not None
         raise failure
+
+    def _order(self, first: int) -> list[int]:
+        """The models to ask, from the `first`: those resting after a failure come last
+        (asked only if every other fails too)."""
+        now = self._clock.now()
+        indexes = range(first, len(self._models))
+        ready = [i for i in indexes if self._resting.get(i, now) <= now]
+        return ready + [i for i in indexes if i not in ready]
 
     async def _stream(
         self, conversation_id: uuid.UUID, prompt: Prompt, preview: Preview, model: LLMProvider
