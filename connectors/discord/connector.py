@@ -340,8 +340,8 @@ class DiscordConnector:
     async def edit_preview(self, chat: ChatRef, platform_id: str, text: str) -> None:
         try:
             await self._edit(chat, platform_id, text)
-        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
-            raise _delivery_error(exc) from None
+        except discord.NotFound:
+            raise Undeliverable("the preview message was deleted") from None
 
     async def _edit(self, chat: ChatRef, platform_id: str, text: str) -> None:
         """Show `text` in the message `platform_id` instead (`discord.NotFound`: it is

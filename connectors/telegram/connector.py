@@ -148,8 +148,8 @@ class TelegramConnector:
             self._poller = core.singleton(
                 "telegram-polling", poller.start, poller.stop, state=poller.state
             )
-        elif self.settings.public_url:
-            await self._set_webhook(self.settings.public_url.rstrip("/") + WEBHOOK_PATH)
+        elif (url := self.webhook_url()) is not None:
+            await self._set_webhook(url)
 
     async def stop(self) -> None:
         if self._poller is not None:
