@@ -197,6 +197,8 @@ async def test_the_widget_on_an_allowed_site_chats_and_keeps_its_history(
 
             await page.reload()
             again = await _open_by_keyboard(page)
+            # The history arrives after the socket is up: waited for, not read at once.
+            await expect(again.locator(".msg")).to_have_count(2)
             history = await again.locator(".msg").all_text_contents()
             title = await again.locator("header").text_content()
             await again.get_by_role("button", name="Close chat").click()
@@ -467,11 +469,11 @@ async def test_where_the_frame_has_no_storage_the_host_page_keeps_the_token(
 
         await page.reload()
         again = await _open_by_keyboard(page)
-        history = await again.locator(".msg").all_text_contents()
+        # The history arrives after the socket is up: waited for, not read at once.
+        await expect(again.locator(".msg")).to_have_text(["remember me", "reply 1"])
 
     assert before_opening == ({}, [])  # a page view alone starts nothing and stores nothing
     assert list(kept) == [f"parley.webchat.token@{gw.url}"]
-    assert history == ["remember me", "reply 1"]
     assert len(sessions) == 1
 
 
