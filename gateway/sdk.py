@@ -63,7 +63,7 @@ from gateway.errors import (
 from gateway.events.hub import DeltaEvent, Ended, Event, MessageEvent, Overflow, Stored, Typing
 from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.errors import validation_errors
-from gateway.http.ratelimit import Slots
+from gateway.http.slots import Slots
 from gateway.http.wire import MessageOut
 from gateway.replicas.rate_limits import RateLimit
 from gateway.settings import TelegramMode

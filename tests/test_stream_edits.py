@@ -80,7 +80,7 @@ async def test_entity_offsets_count_astral_characters_in_previews_and_the_reply(
 ) -> None:
     answer = ("🌊🌊 The **tide** rises twice a day, 🌕 the `moon` pulls it. " * 8).strip()
     plain = answer.replace("**", "").replace("`", "")
-    llm.script(Reply(answer, pieces=8, pace=0.5))
+    llm.script(Reply(answer, pieces=8, pace=0.1))
     async with platform_gateway(database_url, tmp_path, llm, **EDITS) as p:
         await p.telegram(_mention("tides?"))
         await p.tg.wait_until(lambda f: f.shown(GROUP_ID) == [plain], seconds=30)
