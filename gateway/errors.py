@@ -47,6 +47,11 @@ class AccessRefused(AuthError):
         super().__init__(answer)
 
 
+class LeftUnanswered(ParleyError):
+    """The message waited on was stored and will get no reply: the day's tokens are
+    spent and the person was told so already."""
+
+
 class ConversationEnded(ParleyError):
     """The conversation waited on is gone (erased, or deleted by an operator); `notice`
     says so to the person."""

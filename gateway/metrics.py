@@ -26,7 +26,8 @@ class Metrics:
         )
         self.turns = Counter(
             "parley_turns",
-            "Turns run, by what answered: the model, a command, or the model-down notice.",
+            "Turns run, by what answered: the model, a command, the model-down notice, or "
+            "nothing past the day's token budget (over_budget).",
             ["answer"],
             registry=registry,
         )

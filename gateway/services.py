@@ -45,6 +45,7 @@ from gateway.replicas.sweeps import sweep_forever
 from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.turns.answering import TurnLimits
+from gateway.turns.budget import Budgets, DailyCaps
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.recall_tools import RecallTools
@@ -165,6 +166,10 @@ class Services:
                 (RecallTools(Recall(archive, repos.search, profiles)), ReminderTools(planner)),
                 repos.lookups,
                 clock,
+            ),
+            budgets=Budgets(
+                DailyCaps(settings.daily_tokens_per_person, settings.daily_tokens_per_group),
+                repos.usage,
             ),
         )
         firings = Firings(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import zoneinfo
+from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
@@ -35,6 +36,17 @@ class LLMProviderName(StrEnum):
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
     OFFLINE = "offline"
+
+
+class ModelPrice(BaseModel):
+    """What a model's tokens cost, in US dollars per million (PARLEY_LLM_PRICES)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: Decimal = Field(ge=0)
+    # Prompt tokens read from the server's cache (unset: the prompt price).
+    cached: Decimal | None = Field(default=None, ge=0)
+    completion: Decimal = Field(ge=0)
 
 
 class FallbackModel(BaseModel):
@@ -221,6 +233,20 @@ class Settings(BaseSettings):
     `{"provider": "openai" | "anthropic", "model", "base_url", "api_key"}` (`base_url`
     defaults to the provider's own; Anthropic needs `api_key`). A reply is never two models'
     words: what a failing model showed is withdrawn before the next one writes."""
+
+    llm_prices: dict[str, ModelPrice] = {}
+    """What each model costs, to report usage as money: JSON
+    `{"<model>": {"prompt": USD, "cached": USD, "completion": USD}}`, each per million tokens
+    (`cached` defaults to the prompt price). A model with no price is reported with a cost
+    of `null`."""
+    daily_tokens_per_person: int | None = Field(default=None, ge=0)
+    """Tokens (prompt and completion) one person's turns may take a day, midnight to
+    midnight in their zone. Past it they are told once, their messages are still stored, and
+    the model is not asked until the next day. Unset: no limit. An operator can set a
+    person's own (`PATCH /api/v1/users/{id}`)."""
+    daily_tokens_per_group: int | None = Field(default=None, ge=0)
+    """The same for each group (days in UTC). A group's turns count against no member's own
+    limit. Unset: no limit."""
 
     # Memory (DESIGN §4). Sizes are for a 128k-token model and shrink in proportion
     # on a smaller PARLEY_LLM_CONTEXT_TOKENS.

@@ -374,6 +374,39 @@ async def test_health_shows_the_waiting_work_and_the_charts_the_database_holds(
     assert dots == turns == len(stats["prompt_tokens_per_turn"]) >= 1
 
 
+async def test_usage_charts_each_days_tokens_and_lists_each_persons_tokens_and_cost(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    # A dollar a token: what the page shows is checked to the cent.
+    prices = {"fake-model": {"prompt": 1_000_000, "completion": 2_000_000}}
+    async with dashboard(database_url, tmp_path, llm, page, llm_prices=prices) as d:
+        for chat in (300, 301):
+            await d.p.telegram(tg.text_update(chat, "a message today", update_id=chat + 600))
+        await d.p.tg.wait_until(lambda f: bool(f.texts(300) and f.texts(301)))
+        usage = (await d.api("GET", "/usage?group_by=user")).json()
+        daily = (await d.api("GET", "/usage")).json()
+        await sign_in(page, d.url)
+        await page.get_by_role("link", name="Usage").click()
+        await expect(page.locator("tr[data-subject]")).to_have_count(2)
+        rows = await page.locator("tr[data-subject]").evaluate_all(
+            "rows => rows.map(r => [r.dataset.subject, ...[...r.cells].map(c => c.textContent)])"
+        )
+        chart = (
+            await page.locator("figure")
+            .first.locator("tbody tr")
+            .evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+        )
+
+    # Each reply: 10 prompt tokens and 3 completion tokens (a token a piece).
+    expected = {row["key"]: [row["name"], "13", "0", "1", "$16.00"] for row in usage["rows"]}
+    assert {subject: cells for subject, *cells in rows} == expected
+    assert usage["total"]["cost_usd"] == "32.000000"
+    today = datetime.now(UTC).date().isoformat()
+    assert [today, "26", "0"] in chart
+    assert len(chart) == 30 == len({day for day, *_ in chart})
+    assert daily["total"]["calls"] == 2
+
+
 async def _count(d: Dashboard, *where: Any) -> int:
     return int(await d.one(select(func.count()).select_from(Message).where(*where)) or 0)
 
@@ -428,10 +461,13 @@ async def test_every_page_at_desktop_width_and_on_a_360_px_phone(
             await page.get_by_role("link", name="Health").click()
             await expect(page.get_by_role("img")).to_have_count(3)
             await _shot(page, artifacts, "admin-health" + suffix, widths, faults)
+            await page.get_by_role("link", name="Usage").click()
+            await expect(page.locator("tr[data-subject]")).to_have_count(1)
+            await _shot(page, artifacts, "admin-usage" + suffix, widths, faults)
 
     too_wide = {name: w for name, w in widths.items() if name.endswith("-360") and w > 360}
     assert too_wide == {}  # nothing sticks out sideways on a phone
-    assert len(widths) == 14
+    assert len(widths) == 16
     assert {name: found for name, found in faults.items() if found} == {}  # contrast, ARIA
 
 

@@ -41,7 +41,8 @@ async def test_openai_streams_the_pieces_in_order(fake: FakeLLM) -> None:
     fake.script(Reply("Hello world", pieces=3))
     async with provider("openai", fake) as llm:
         pieces = [piece async for piece in llm.stream(PROMPT)]
-    assert pieces == ["Hell", "o wo", "rld"]
+    # The call's usage comes last, naming the model asked.
+    assert pieces == ["Hell", "o wo", "rld", Usage(10, 0, 3, model="fake-model")]
 
 
 async def test_openai_request_puts_the_system_prompt_first(fake: FakeLLM) -> None:
@@ -81,9 +82,11 @@ async def test_prompt_model_overrides_the_configured_one(fake: FakeLLM) -> None:
 async def test_anthropic_streams_the_pieces_in_order(fake: FakeLLM) -> None:
     fake.script(Reply("Bonjour tout le monde", pieces=4))
     async with provider("anthropic", fake) as llm:
-        pieces = [str(piece) async for piece in llm.stream(PROMPT)]
-    assert "".join(pieces) == "Bonjour tout le monde"
+        *pieces, usage = [piece async for piece in llm.stream(PROMPT)]
+    assert "".join(map(str, pieces)) == "Bonjour tout le monde"
     assert len(pieces) == 4
+    assert isinstance(usage, Usage)
+    assert usage.model == "fake-model"
 
 
 async def test_anthropic_request_shape(fake: FakeLLM) -> None:
@@ -135,7 +138,7 @@ async def test_each_call_reports_the_tokens_the_server_counted(fake: FakeLLM, ki
         assert await complete(llm, PROMPT) == "counted reply"
 
     # The fake counts 10 prompt tokens besides the cached ones, a token per piece.
-    assert heard == [Usage(prompt=14, cached=4, completion=3)]
+    assert heard == [Usage(prompt=14, cached=4, completion=3, model="fake-model")]
 
 
 async def test_a_stream_held_open_after_its_end_still_answers(fake: FakeLLM) -> None:

@@ -34,8 +34,9 @@ async def fake() -> AsyncIterator[FakeLLM]:
 
 
 async def stream_all(kind: Kind, fake: FakeLLM, prompt: Prompt = PROMPT) -> list[Piece]:
+    """The text and calls of a reply (its usage, which comes last, has tests of its own)."""
     async with provider(kind, fake) as llm:
-        return [piece async for piece in llm.stream(prompt)]
+        return [piece async for piece in llm.stream(prompt) if not isinstance(piece, Usage)]
 
 
 @KINDS
@@ -297,7 +298,7 @@ async def test_the_model_answers_from_the_results_it_was_sent(fake: FakeLLM, kin
         second = [piece async for piece in llm.stream(_with(step))]
 
     assert calls == (ToolCall("call_1_0", "get_weather", '{"city": "Paris"}'),)
-    assert "".join(str(piece) for piece in second) == "Paris: 18 C, sunny"
+    assert "".join(piece for piece in second if isinstance(piece, str)) == "Paris: 18 C, sunny"
 
 
 @KINDS
@@ -338,9 +339,11 @@ async def test_a_call_reports_its_usage(fake: FakeLLM, kind: Kind) -> None:
     async with provider(kind, fake, on_usage=heard.append) as llm:
         pieces = [piece async for piece in llm.stream(PROMPT)]
 
-    assert len(pieces) == 3  # two of text, one call
     # The fake counts 10 prompt tokens and a token per piece: two of text, two of arguments.
-    assert heard == [Usage(prompt=10, cached=0, completion=4)]
+    usage = Usage(prompt=10, cached=0, completion=4, model="fake-model")
+    assert len(pieces) == 4  # two of text, one call, then the usage
+    assert pieces[-1] == usage
+    assert heard == [usage]
 
 
 async def test_the_offline_provider_offers_no_tools_and_still_answers() -> None:

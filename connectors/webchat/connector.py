@@ -25,6 +25,7 @@ from gateway.sdk import (
     Capabilities,
     ChatRef,
     ConversationEnded,
+    LeftUnanswered,
     MessageOut,
     Outbound,
     Pace,
@@ -156,6 +157,8 @@ def _router(visitors: Visitors) -> APIRouter:
             return ExchangeOut(
                 message=MessageOut.of(received.message), reply=None, notice=ended.notice
             )
+        except LeftUnanswered:  # stored; no reply comes today (the day's tokens are spent)
+            return ExchangeOut(message=MessageOut.of(received.message), reply=None)
         if reply is None:
             response.status_code = status.HTTP_202_ACCEPTED
         return ExchangeOut(

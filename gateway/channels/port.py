@@ -272,7 +272,7 @@ class LiveEvents(Protocol):
     async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:
         """The reply to a received message, waiting up to `wait_seconds` for its turn;
         `ConversationEnded` if the conversation is erased meanwhile (say, by this very
-        message: `/erase CODE`)."""
+        message: `/erase CODE`); `LeftUnanswered` if its turn gives it no reply."""
         ...
 
 

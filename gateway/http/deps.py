@@ -33,6 +33,7 @@ from gateway.operations import (
     Portability,
     Retries,
     Sessions,
+    UsageReports,
 )
 from gateway.services import Services
 from gateway.settings import Settings
@@ -67,6 +68,13 @@ def _sessions(operations: _OperationsDep) -> Sessions:
 
 
 SessionsDep = Annotated[Sessions, Depends(_sessions)]
+
+
+def _usage(operations: _OperationsDep) -> UsageReports:
+    return operations.usage
+
+
+UsageDep = Annotated[UsageReports, Depends(_usage)]
 
 
 def _people(operations: _OperationsDep) -> People:

@@ -20,7 +20,7 @@ from gateway.channels.outbox import Outbox
 from gateway.channels.port import Received
 from gateway.clock import Clock
 from gateway.envelopes import ChatRef, Inbound
-from gateway.errors import AccessRefused, ConversationEnded, InputError
+from gateway.errors import AccessRefused, ConversationEnded, InputError, LeftUnanswered
 from gateway.events.hub import Ended, Event, Hub, Overflow, Stored
 from gateway.inbox.policy import AccessPolicy
 from gateway.metrics import Metrics
@@ -197,9 +197,10 @@ class Core:
             self._runner.forget_future(conversation_id, future)
 
     async def _next(
-        self, future: asyncio.Future[StoredMessage], events: asyncio.Queue[Event]
+        self, future: asyncio.Future[StoredMessage | None], events: asyncio.Queue[Event]
     ) -> StoredMessage | Event | None:
-        """This replica's reply, the next event, or None when it is time to look anyway."""
+        """This replica's reply, the next event, or None when it is time to look anyway;
+        `LeftUnanswered` if this replica's turn gave the message no reply."""
         getting = asyncio.ensure_future(events.get())
         try:
             done, _ = await asyncio.wait(
@@ -210,7 +211,10 @@ class Core:
         finally:
             getting.cancel()
         if future in done:
-            return future.result()
+            reply = future.result()
+            if reply is None:
+                raise LeftUnanswered()
+            return reply
         return getting.result() if getting in done else None
 
     async def history(

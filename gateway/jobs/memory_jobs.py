@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextvars import ContextVar
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.clock import Clock
-from gateway.llm import ChatTurn, LLMProvider, Prompt, complete
+from gateway.llm import ChatTurn, LLMProvider, Prompt, Usage, complete_counted
 from gateway.replicas.lease_keeper import hold, keep
 from gateway.settings import LLMProviderName, Settings
 from gateway.turns.answering import TurnContext
@@ -34,9 +35,17 @@ from memory.profile.profiles import Profiles
 from memory.profile.upkeep import TIDY, ProfileJobs
 from memory.storage.leases import LeaseLost, Leases
 from memory.storage.messages import Messages
+from memory.storage.models import UsageKind
 from memory.storage.repositories import Repositories
+from memory.storage.usage_days import UsageLedger
 
 T = TypeVar("T")
+
+# Whose memory a background job keeps: the model calls it makes are charged to them.
+# Set by `MemoryJobs` around each job, read by `ProviderTextModel`, so the memory's
+# jobs need not carry an account they have no use for.
+Charge = Callable[[list[Usage]], Awaitable[None]]
+_charged: ContextVar[Charge | None] = ContextVar("charged", default=None)
 
 
 class ProviderTextModel:
@@ -48,7 +57,20 @@ class ProviderTextModel:
 
     async def complete(self, system: str, prompt: str, max_tokens: int) -> str:
         request = Prompt(system, (ChatTurn("user", prompt),), max_tokens, model=self._model)
-        return await complete(self._provider, request)
+        text, usage = await complete_counted(self._provider, request)
+        charge = _charged.get()
+        if usage and charge is not None:
+            await charge(usage)
+        return text
+
+
+@contextlib.contextmanager
+def _charging(charge: Charge) -> Iterator[None]:
+    token = _charged.set(charge)
+    try:
+        yield
+    finally:
+        _charged.reset(token)
 
 
 class MemoryJobs:
@@ -56,12 +78,21 @@ class MemoryJobs:
     (`run`, for the embedded runner and the arq worker alike)."""
 
     def __init__(
-        self, archive: ArchiveJobs, profile: ProfileJobs, leases: Leases, lease: timedelta
+        self,
+        archive: ArchiveJobs,
+        profile: ProfileJobs,
+        leases: Leases,
+        lease: timedelta,
+        ledger: UsageLedger | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        """`ledger`: where the jobs' model calls are charged (None: nowhere)."""
         self._archive = archive
         self._profile = profile
         self._leases = leases
         self._lease = lease
+        self._ledger = ledger
+        self._clock = clock
 
     async def run(self, job: str, arg: str) -> None:
         try:
@@ -72,16 +103,41 @@ class MemoryJobs:
 
     async def summarize(self, chunk_id: int) -> None:
         # The chunk's own lease says who summarises it.
-        await self._archive.summarize(chunk_id)
+        with self._for_conversation(await self._archive.conversation_of(chunk_id)):
+            await self._archive.summarize(chunk_id)
 
     async def rollup(self, conversation_id: uuid.UUID) -> None:
-        await self._leased(f"{ROLLUP}:{conversation_id}", self._archive.rollup, conversation_id)
+        with self._for_conversation(conversation_id):
+            await self._leased(f"{ROLLUP}:{conversation_id}", self._archive.rollup, conversation_id)
 
     async def extract(self, chunk_id: int) -> None:
-        await self._leased(f"{EXTRACT}:{chunk_id}", self._profile.extract, chunk_id)
+        with self._for_conversation(await self._archive.conversation_of(chunk_id)):
+            await self._leased(f"{EXTRACT}:{chunk_id}", self._profile.extract, chunk_id)
 
     async def tidy(self, user_id: uuid.UUID) -> None:
-        await self._leased(f"{TIDY}:{user_id}", self._profile.tidy, user_id)
+        ledger, clock = self._ledger, self._clock
+        if ledger is None or clock is None:
+            await self._leased(f"{TIDY}:{user_id}", self._profile.tidy, user_id)
+            return
+
+        async def charge(usage: list[Usage]) -> None:
+            await ledger.charge_person(user_id, UsageKind.BACKGROUND, usage, clock.now())
+
+        with _charging(charge):
+            await self._leased(f"{TIDY}:{user_id}", self._profile.tidy, user_id)
+
+    def _for_conversation(
+        self, conversation_id: uuid.UUID | None
+    ) -> contextlib.AbstractContextManager[None]:
+        ledger, clock = self._ledger, self._clock
+        if ledger is None or clock is None or conversation_id is None:
+            return contextlib.nullcontext()
+        known = conversation_id
+
+        async def charge(usage: list[Usage]) -> None:
+            await ledger.charge_conversation(known, UsageKind.BACKGROUND, usage, clock.now())
+
+        return _charging(charge)
 
     async def _leased(
         self, name: str, work: Callable[[T], Coroutine[Any, Any, None]], arg: T
@@ -138,7 +194,12 @@ def build_jobs(
         limits=profile_limits(settings),
     )
     return MemoryJobs(
-        archive_jobs, profile_jobs, repos.leases, timedelta(seconds=settings.job_lease_seconds)
+        archive_jobs,
+        profile_jobs,
+        repos.leases,
+        timedelta(seconds=settings.job_lease_seconds),
+        ledger=repos.usage,
+        clock=clock,
     )
 
 

@@ -16,8 +16,10 @@ from gateway.llm.base import (
     Tool,
     ToolCall,
     ToolStep,
+    Usage,
     UsageSink,
     complete,
+    complete_counted,
 )
 from gateway.llm.fallback import ModelChain
 from gateway.llm.offline import OfflineProvider
@@ -33,8 +35,10 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolStep",
+    "Usage",
     "build_provider",
     "complete",
+    "complete_counted",
 ]
 
 

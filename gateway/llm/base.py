@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory.chat_turn import ChatTurn
+from memory.model_usage import Usage
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -23,6 +24,7 @@ __all__ = [
     "Usage",
     "UsageSink",
     "complete",
+    "complete_counted",
 ]
 
 # What is kept of a tool's name as a model wrote it: a model can make one up, of any
@@ -71,17 +73,9 @@ class Prompt:
     steps: tuple[ToolStep, ...] = ()
 
 
-# What a stream yields: reply text as it arrives, then any tool calls, each complete.
-Piece = str | ToolCall
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Tokens one model call took, as the server counted them."""
-
-    prompt: int  # every prompt token, the cached ones included
-    cached: int  # of those, read from the server's prompt cache
-    completion: int
+# What a stream yields: reply text as it arrives, then any tool calls, each complete,
+# then the call's usage if the server counted it.
+Piece = str | ToolCall | Usage
 
 
 # Where a provider reports each call's usage (the gateway's metrics).
@@ -98,7 +92,8 @@ class LLMProvider(Protocol):
 
     def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
         """Yield the reply's text as it arrives, then the tool calls the model asked for
-        (only with `prompt.tools`; a provider may offer none).
+        (only with `prompt.tools`; a provider may offer none), then the call's `Usage`
+        where the server said it.
 
         Raises `LLMUnavailable` once bounded retries are spent. Retries happen only
         before the first piece is yielded, so nothing is ever repeated.
@@ -111,4 +106,17 @@ class LLMProvider(Protocol):
 async def complete(provider: LLMProvider, prompt: Prompt) -> str:
     """The whole reply as one string (for callers that cannot show a stream, and offer
     no tools)."""
-    return "".join([piece async for piece in provider.stream(prompt) if isinstance(piece, str)])
+    text, _ = await complete_counted(provider, prompt)
+    return text
+
+
+async def complete_counted(provider: LLMProvider, prompt: Prompt) -> tuple[str, list[Usage]]:
+    """The whole reply as one string, and the usage of the call that wrote it."""
+    text: list[str] = []
+    usage: list[Usage] = []
+    async for piece in provider.stream(prompt):
+        if isinstance(piece, str):
+            text.append(piece)
+        elif isinstance(piece, Usage):
+            usage.append(piece)
+    return "".join(text), usage

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import httpx
@@ -181,8 +181,11 @@ async def stream_text(
                 async for piece in pieces:
                     yielded = True
                     yield piece
-            if on_usage is not None and events.usage is not None:
-                on_usage(events.usage)
+            if events.usage is not None:
+                usage = replace(events.usage, model=str(request.body.get("model", "")))
+                if on_usage is not None:
+                    on_usage(usage)
+                yield usage
             return
         except StreamFailed as failure:
             reason = failure.describe(request.secret)

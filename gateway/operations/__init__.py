@@ -33,6 +33,7 @@ from gateway.operations.profiles import PersonProfiles
 from gateway.operations.reminders import PersonReminders
 from gateway.operations.retries import Retries
 from gateway.operations.sessions import Sessions
+from gateway.operations.usage import UsageReports
 from gateway.reminders.planner import Planner
 from gateway.settings import Settings
 from gateway.text import clean
@@ -57,6 +58,7 @@ __all__ = [
     "Portability",
     "Retries",
     "Sessions",
+    "UsageReports",
 ]
 
 
@@ -76,6 +78,7 @@ class Operations:
     idempotency: Idempotency  # a request sent twice carried out once
     health: Health  # readiness and metrics
     reminders: PersonReminders  # a person's reminders and follow-ups
+    usage: UsageReports  # tokens and cost per day, person and model
 
     @classmethod
     def build(
@@ -134,6 +137,7 @@ class Operations:
                 clock=clock,
             ),
             export_links=ExportLinks(rights=repos.rights, clock=clock),
+            usage=UsageReports(repos.usage, settings.llm_prices),
             overview=Overview(
                 stats=repos.stats,
                 leases=repos.leases,

@@ -60,6 +60,13 @@ class People:
             raise PersonNotFound()
         return found
 
+    async def set_daily_tokens(self, user_id: uuid.UUID, tokens: int | None) -> Someone:
+        """Set the person's own daily token cap (None: the deployment's): a cap raised
+        past what they spent today lets their next message be answered."""
+        if not await self._directory.set_daily_tokens(user_id, tokens):
+            raise PersonNotFound()
+        return await self.someone(user_id)
+
     async def someone(self, user_id: uuid.UUID) -> Someone:
         return (await self._with_states([await self.person(user_id)]))[0]
 

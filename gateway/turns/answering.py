@@ -21,7 +21,7 @@ from gateway.clock import Clock
 from gateway.errors import LLMError
 from gateway.events.hub import DeltaEvent, Hub, Typing
 from gateway.llm import LLMProvider, Prompt
-from gateway.llm.base import Tool, ToolCall, ToolStep
+from gateway.llm.base import Tool, ToolCall, ToolStep, Usage
 from gateway.llm.fallback import asked_of, models_of
 from gateway.llm.offline import OFFLINE
 from gateway.metrics import Metrics
@@ -106,6 +106,9 @@ class Answer:
     prompt_tokens: int | None = None
     # The model that wrote it (the main one, or a fallback that took over).
     model: str | None = None
+    # What each model call of the turn took, as the servers counted (a turn that ended
+    # in a notice may have spent some too).
+    usage: tuple[Usage, ...] = ()
 
 
 class Answerer:
@@ -182,16 +185,19 @@ class Answerer:
         typed = len(fired) < len(state.unanswered)
         if fired and not typed and self._llm.name == OFFLINE:
             return Answer("\n\n".join(fired))
+        spent: list[Usage] = []
         try:
             async with waiting():
-                answer = await self._generate(state, prompt, known, room, trigger, preview)
+                answer = await self._generate(state, prompt, known, room, trigger, preview, spent)
         except LLMError as exc:
             log.warning(
                 "model unavailable", conversation_id=str(state.conversation_id), error=str(exc)
             )
+            usage = tuple(spent)
             if fired:
-                return Answer("\n\n".join(fired + ([MODEL_DOWN_NOTICE] if typed else [])))
-            return Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE)
+                text = "\n\n".join(fired + ([MODEL_DOWN_NOTICE] if typed else []))
+                return Answer(text, usage=usage)
+            return Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE, usage=usage)
         if fired and self._llm.name == OFFLINE:
             return replace(answer, text="\n\n".join([*fired, answer.text]))
         return answer
@@ -204,9 +210,10 @@ class Answerer:
         room: int,
         trigger: StoredMessage,
         preview: Preview,
+        spent: list[Usage],
     ) -> Answer:
         """Ask the model, run the recall tools it calls (up to the limit) and ask again
-        with their answers, until it answers in text. The prompt's system text is the
+        with their answers, until it answers in text; each call's usage goes in `spent`. The prompt's system text is the
         same bytes on every call, and its turns too up to the last call at the limit,
         which has the rounds written out after them; only the steps grow, within `room`
         tokens, what the window leaves them."""
@@ -227,7 +234,7 @@ class Answerer:
                 else:
                     asked = replace(prompt, steps=carried)
                 text, calls, writer = await self._call_model(
-                    state.conversation_id, asked, preview, writer
+                    state.conversation_id, asked, preview, writer, spent
                 )
                 if not calls or self._recall is None:
                     break
@@ -235,7 +242,7 @@ class Answerer:
                     # Offered no tools, the model (or its server) called some anyway.
                     if text:
                         break
-                    return Answer(TOOL_LIMIT_NOTICE, Role.EVENT, NOTICE_SOURCE)
+                    return Answer(TOOL_LIMIT_NOTICE, Role.EVENT, NOTICE_SOURCE, usage=tuple(spent))
                 scope = scope or await self._scope(state, answer_tokens(room))
                 # Calls past the limit are not run, nor shown again: the next call,
                 # the last, is told the lookups are used up.
@@ -249,10 +256,20 @@ class Answerer:
                 await self._recall.record(state.conversation_id, trigger.id, lookups)
         if not text:
             raise LLMError("the model returned an empty reply")
-        return Answer(text, prompt_tokens=_size(asked, known), model=self._models[writer].model)
+        return Answer(
+            text,
+            prompt_tokens=_size(asked, known),
+            model=self._models[writer].model,
+            usage=tuple(spent),
+        )
 
     async def _call_model(
-        self, conversation_id: uuid.UUID, prompt: Prompt, preview: Preview, first: int
+        self,
+        conversation_id: uuid.UUID,
+        prompt: Prompt,
+        preview: Preview,
+        first: int,
+        spent: list[Usage],
     ) -> tuple[str, list[ToolCall], int]:
         """The reply of the first model, from the `first`, that gives one whole (and
         which that was); `LLMError` if none does. What a model that failed part-way
@@ -263,7 +280,7 @@ class Answerer:
             model = self._models[index]
             try:
                 text, calls = await self._stream(
-                    conversation_id, asked_of(prompt, index), preview, model
+                    conversation_id, asked_of(prompt, index), preview, model, spent
                 )
             except LLMError as exc:
                 failure = exc
@@ -288,7 +305,12 @@ class Answerer:
         return ready + [i for i in indexes if i not in ready]
 
     async def _stream(
-        self, conversation_id: uuid.UUID, prompt: Prompt, preview: Preview, model: LLMProvider
+        self,
+        conversation_id: uuid.UUID,
+        prompt: Prompt,
+        preview: Preview,
+        model: LLMProvider,
+        spent: list[Usage],
     ) -> tuple[str, list[ToolCall]]:
         pieces: list[str] = []
         calls: list[ToolCall] = []
@@ -305,6 +327,9 @@ class Answerer:
             async for piece in model.stream(prompt):
                 if isinstance(piece, ToolCall):
                     calls.append(piece)
+                    continue
+                if isinstance(piece, Usage):
+                    spent.append(piece)
                     continue
                 pieces.append(piece)
                 # A model server can send what no database stores (NUL, a lone surrogate).

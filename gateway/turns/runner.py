@@ -26,10 +26,11 @@ from gateway.llm import LLMProvider
 from gateway.metrics import Metrics
 from gateway.tasks import finish_or_cancel
 from gateway.turns.answering import Answer, Answerer, Recalling, TurnContext, TurnLimits
+from gateway.turns.budget import BUDGET_NOTICE, Budgets, Verdict
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.presence import NO_PREVIEW, Preview
 from gateway.turns.slots import Slot, TurnSlots
-from memory.provenance import COMMAND_SOURCE
+from memory.provenance import COMMAND_SOURCE, NOTICE_SOURCE, is_firing
 from memory.storage.conversations import Conversations, TurnState
 from memory.storage.leases import Held, LeaseLost
 from memory.storage.messages import Messages, NewMessage, StoredMessage
@@ -109,9 +110,12 @@ class TurnRunner:
         presence: Presence | None = None,
         metrics: Metrics | None = None,
         recall: Recalling | None = None,
+        budgets: Budgets | None = None,
         concurrency: int = 2,
     ) -> None:
+        """`budgets`: the daily token caps (None: nothing is capped)."""
         self._metrics = metrics or Metrics()
+        self._budgets = budgets
         self._messages = messages
         self._conversations = conversations
         self._hub = hub
@@ -141,7 +145,8 @@ class TurnRunner:
         # holds no lease and costs one task.
         self._slots = TurnSlots(concurrency)
         self._again: set[uuid.UUID] = set()
-        self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage]]]] = {}
+        # None: the message is left unanswered (past the day's budget).
+        self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage | None]]]] = {}
         self._closing = False
 
     def request(self, conversation_id: uuid.UUID) -> None:
@@ -154,14 +159,17 @@ class TurnRunner:
         task = asyncio.create_task(self._loop(conversation_id), name=f"turns:{conversation_id}")
         self._loops[conversation_id] = task
 
-    def reply_future(self, conversation_id: uuid.UUID, seq: int) -> asyncio.Future[StoredMessage]:
-        """A future resolved with the reply of the turn that answers user message `seq`."""
-        future: asyncio.Future[StoredMessage] = asyncio.get_running_loop().create_future()
+    def reply_future(
+        self, conversation_id: uuid.UUID, seq: int
+    ) -> asyncio.Future[StoredMessage | None]:
+        """A future resolved with the reply of the turn that answers user message `seq`
+        (None: the turn left it unanswered)."""
+        future: asyncio.Future[StoredMessage | None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(conversation_id, []).append((seq, future))
         return future
 
     def forget_future(
-        self, conversation_id: uuid.UUID, future: asyncio.Future[StoredMessage]
+        self, conversation_id: uuid.UUID, future: asyncio.Future[StoredMessage | None]
     ) -> None:
         waiters = self._waiters.get(conversation_id, [])
         waiters[:] = [(seq, f) for seq, f in waiters if f is not future]
@@ -303,11 +311,17 @@ class TurnRunner:
         live = tuple(m for m in state.live if m.role is not Role.USER or m.seq <= upto)
         state = replace(state, live=live, unanswered=answered)
         started = time.monotonic()
+        held = self._leases.held(state.conversation_id)
+        verdict = Verdict.OPEN
+        if self._budgets is not None:
+            verdict = await self._budgets.verdict(state, self._clock.now())
+        if verdict is not Verdict.OPEN:
+            await self._spent(state, answered[-1], verdict, held)
+            return count < len(is_command)
         async with self._presence(answered[-1]) as preview:
             answer = await self._answerer.answer(
                 state, context, answered[-1], waiting=slot.lent, preview=preview
             )
-        held = self._leases.held(state.conversation_id)
         reply = await self._finish(state, answered[-1], answer, held)
         live_tokens = sum(m.token_count for m in state.live) + reply.token_count
         self._metrics.turns.labels("model" if answer.role is Role.ASSISTANT else "notice").inc()
@@ -315,6 +329,29 @@ class TurnRunner:
         self._metrics.live_window_tokens.observe(live_tokens)
         await self._memory.after_turn(state.conversation_id, live_tokens)
         return count < len(is_command)
+
+    async def _spent(
+        self, state: TurnState, trigger: StoredMessage, verdict: Verdict, held: Held | None
+    ) -> None:
+        """The day's tokens are spent: no model. Reminders coming due are still sent in
+        their own words; the person is told once a day; the rest is stored unanswered."""
+        assert self._budgets is not None
+        fired = [m.text for m in state.unanswered if is_firing(m.source)]
+        notice = [BUDGET_NOTICE] if verdict is Verdict.NOTICE else []
+        self._metrics.turns.labels("over_budget").inc()
+        if fired:
+            await self._finish(state, trigger, Answer("\n\n".join(fired + notice)), held)
+        elif notice:
+            await self._finish(
+                state, trigger, Answer(BUDGET_NOTICE, Role.EVENT, NOTICE_SOURCE), held
+            )
+        else:
+            now = self._clock.now()
+            await self._messages.pass_over(state.conversation_id, trigger.seq, now=now, held=held)
+            self._resolve(state.conversation_id, trigger.seq, None)
+        if notice:
+            day = self._budgets.payer(state).day(self._clock.now())
+            await self._conversations.budget_told(state.conversation_id, day)
 
     async def _run_command(self, state: TurnState, message: StoredMessage) -> None:
         answer = await self._command(message)
@@ -357,6 +394,7 @@ class TurnRunner:
                 delivery=Delivery.SENT if stored_is_sent else Delivery.PENDING,
                 prompt_tokens=answer.prompt_tokens,
                 model=answer.model,
+                usage=answer.usage,
             ),
             now=self._clock.now(),
             held=held,
@@ -367,7 +405,7 @@ class TurnRunner:
             await self._outbox.deliver(reply, trigger)
         return reply
 
-    def _resolve(self, conversation_id: uuid.UUID, upto: int, reply: StoredMessage) -> None:
+    def _resolve(self, conversation_id: uuid.UUID, upto: int, reply: StoredMessage | None) -> None:
         waiters = self._waiters.pop(conversation_id, [])
         still_waiting = []
         for seq, future in waiters:

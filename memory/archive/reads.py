@@ -184,6 +184,10 @@ class ArchiveReads:
             row = await session.get(Chunk, chunk_id)
         return None if row is None else chunk_view(row)
 
+    async def conversation_of(self, chunk_id: int) -> uuid.UUID | None:
+        async with self._sessions() as session:
+            return await session.scalar(select(Chunk.conversation_id).where(Chunk.id == chunk_id))
+
     async def chunks(self, conversation_id: uuid.UUID) -> list[ChunkView]:
         async with self._sessions() as session:
             rows = await session.scalars(

@@ -118,6 +118,9 @@ class ArchiveJobs:
         self._retry = retry
         self._sweep_grace = sweep_grace
 
+    async def conversation_of(self, chunk_id: int) -> uuid.UUID | None:
+        return await self._archive.conversation_of(chunk_id)
+
     async def summarize(self, chunk_id: int) -> None:
         since = self._now()
         claim = await self._archive.claim(chunk_id, since, self._lease)

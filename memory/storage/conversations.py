@@ -10,7 +10,7 @@ import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -45,6 +45,12 @@ class TurnState:
     unanswered: tuple[StoredMessage, ...]
     # When the message before this turn's new messages was sent (None: nothing before).
     previous_at: datetime | None
+    # A personal conversation's person (None: a group).
+    user_id: uuid.UUID | None = None
+    # Their own daily token cap, set by an operator (None: the deployment's).
+    daily_tokens: int | None = None
+    # The day they were last told the day's tokens are spent.
+    budget_notice_on: date | None = None
 
 
 def personal_conversation(user_id: uuid.UUID, title: str, now: datetime) -> Conversation:
@@ -106,7 +112,7 @@ class Conversations:
         unanswered. Of the live window only what is new since the kept one is read
         (live_window.py says when a kept window is good)."""
         async with self._sessions() as session:
-            answered, last_user, kind, timezone, version = (
+            answered, last_user, kind, timezone, version, user_id, daily, told = (
                 await session.execute(
                     select(
                         Conversation.answered_seq,
@@ -114,6 +120,9 @@ class Conversations:
                         Conversation.kind,
                         User.timezone,
                         Conversation.live_version,
+                        Conversation.user_id,
+                        User.daily_tokens,
+                        Conversation.budget_notice_on,
                     )
                     .outerjoin(User, User.id == Conversation.user_id)
                     .where(Conversation.id == conversation_id)
@@ -145,7 +154,20 @@ class Conversations:
             live=live,
             unanswered=tuple(unanswered),
             previous_at=previous_at,
+            user_id=user_id,
+            daily_tokens=daily,
+            budget_notice_on=told,
         )
+
+    async def budget_told(self, conversation_id: uuid.UUID, day: date) -> None:
+        """Remember that the conversation's payer was told on `day` that it is spent."""
+        async with self._sessions() as session:
+            await session.execute(
+                update(Conversation)
+                .where(Conversation.id == conversation_id)
+                .values(budget_notice_on=day)
+            )
+            await session.commit()
 
     async def _live(
         self, session: AsyncSession, conversation_id: uuid.UUID, version: int

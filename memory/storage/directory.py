@@ -50,6 +50,8 @@ class PersonView:
     created_at: datetime
     identities: tuple[IdentityView, ...]
     conversations: tuple[uuid.UUID, ...]  # their own (groups belong to no one)
+    # Their own daily token cap (None: the deployment's PARLEY_DAILY_TOKENS_PER_PERSON).
+    daily_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,19 @@ class Directory:
         async with self._sessions() as session:
             user = await session.get(User, user_id)
             return None if user is None else await _person(session, user)
+
+    async def set_daily_tokens(self, user_id: uuid.UUID, tokens: int | None) -> bool:
+        """Set the person's own daily token cap (None: back to the deployment's); False
+        if there is no such person."""
+        async with self._sessions() as session:
+            found = await session.scalar(
+                update(User)
+                .where(User.id == user_id)
+                .values(daily_tokens=tokens)
+                .returning(User.id)
+            )
+            await session.commit()
+        return found is not None
 
     async def identity_owner(self, identity_id: uuid.UUID) -> uuid.UUID | None:
         async with self._sessions() as session:
@@ -279,6 +294,7 @@ async def _person(session: AsyncSession, user: User) -> PersonView:
         created_at=user.created_at,
         identities=tuple(_identity_view(i) for i in identities),
         conversations=tuple(own),
+        daily_tokens=user.daily_tokens,
     )
 
 

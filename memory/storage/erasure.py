@@ -72,6 +72,7 @@ from memory.storage.models import (
     Schedule,
     ScheduleFire,
     SentPart,
+    UsageDay,
     User,
     Watermark,
 )
@@ -204,6 +205,8 @@ async def _drop_conversation(session: AsyncSession, conversation: Conversation) 
     await _run(session, delete(Schedule).where(Schedule.conversation_id == conversation.id))
     counts += await _drop_messages(session, Message.conversation_id == conversation.id)
     await _run(session, delete(Chunk).where(Chunk.conversation_id == conversation.id))
+    # A group's model usage is charged to it (a person's, to the person).
+    await _run(session, delete(UsageDay).where(UsageDay.subject == conversation.id))
     await _run(session, delete(Conversation).where(Conversation.id == conversation.id))
     return counts
 
@@ -328,6 +331,7 @@ async def _drop_person(session: AsyncSession, user_id: uuid.UUID) -> dict[str, i
     await _run(session, delete(ProfileChange).where(ProfileChange.user_id == user_id))
     retired = await _run(session, delete(RetiredFact).where(RetiredFact.user_id == user_id))
     removed = await _run(session, delete(Identity).where(Identity.user_id == user_id))
+    await _run(session, delete(UsageDay).where(UsageDay.subject == user_id))
     await _run(session, delete(User).where(User.id == user_id))
     lines = len(profile.split("\n")) if profile else 0
     return {"identities": removed, "profile_lines": lines, "retired_facts": retired}

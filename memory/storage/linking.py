@@ -31,6 +31,7 @@ from memory.storage.models import (
     Schedule,
     User,
 )
+from memory.storage.usage_days import move_usage
 
 _CREATE_ATTEMPTS = 3
 # Who joined two profiles into one, as the profile's change log says.
@@ -247,6 +248,7 @@ async def _merge_people(
     await _merge_profiles(
         session, survivor_user, absorbed_user, renumbering, conversation_of, now, by
     )
+    await move_usage(session, absorbed_user, survivor_user)
     await session.execute(delete(User).where(User.id == absorbed_user))
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import Row, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
+from memory.model_usage import Usage, total
 from memory.storage.engine import writer_queue
 from memory.storage.inserts import insert_or_skip
 from memory.storage.leases import Held, lock_held
@@ -26,7 +27,9 @@ from memory.storage.models import (
     Identity,
     Message,
     Role,
+    UsageKind,
 )
+from memory.storage.usage_days import charge, payer_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,9 @@ class NewMessage:
     delivery: Delivery | None = None
     prompt_tokens: int | None = None
     model: str | None = None
+    # A model's reply: what each of its calls took (stored summed on the reply, and
+    # charged to the day of whoever pays for the conversation).
+    usage: tuple[Usage, ...] = ()
 
 
 MESSAGE_COLUMNS = (
@@ -146,6 +152,8 @@ class Messages:
                 session, conversation_id, new, self._count_tokens(new.text), now
             )
             if stored is not None:
+                if new.usage and (payer := await payer_of(session, conversation_id)):
+                    await charge(session, payer, UsageKind.TURN, new.usage, now)
                 await session.commit()
                 return stored, True
             await session.rollback()
@@ -155,6 +163,21 @@ class Messages:
         if existing is None:  # only the platform id can clash, and only with a stored row
             raise LookupError(f"message {new.channel}:{new.platform_message_id} vanished")
         return existing, False
+
+    async def pass_over(
+        self, conversation_id: uuid.UUID, upto: int, *, now: datetime, held: Held | None = None
+    ) -> None:
+        """Count the user messages up to seq `upto` as answered, with no reply (their
+        day's tokens are spent and they were told so)."""
+        async with self._writers, self._sessions() as session:
+            if held is not None:
+                await lock_held(session, held, now)
+            await session.execute(
+                update(Conversation)
+                .where(Conversation.id == conversation_id, Conversation.answered_seq < upto)
+                .values(answered_seq=upto)
+            )
+            await session.commit()
 
     async def by_platform_id(self, channel: str, platform_message_id: str) -> StoredMessage | None:
         query = select(*MESSAGE_COLUMNS).where(
@@ -377,7 +400,19 @@ def _row(
         "token_count": tokens,
         "prompt_tokens": new.prompt_tokens,
         "model": new.model,
+        **_usage_columns(new.usage),
         "reply_to_seq": new.reply_to_seq,
         "delivery": new.delivery,
         "delivery_attempts": 0,
+    }
+
+
+def _usage_columns(usage: tuple[Usage, ...]) -> dict[str, int | None]:
+    if not usage:
+        return {"usage_prompt": None, "usage_cached": None, "usage_completion": None}
+    summed = total(usage)
+    return {
+        "usage_prompt": summed.prompt,
+        "usage_cached": summed.cached,
+        "usage_completion": summed.completion,
     }

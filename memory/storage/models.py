@@ -6,12 +6,13 @@ Every schema change is an Alembic migration in `migrations/versions/`.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Date,
     DateTime,
     Enum,
     ForeignKey,
@@ -116,6 +117,9 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # `/followups off`: the assistant makes no follow-ups of its own for this person.
     follow_ups: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    # Tokens this person's turns may take a day, set by an operator (None: the
+    # deployment's PARLEY_DAILY_TOKENS_PER_PERSON).
+    daily_tokens: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Identity(Base):
@@ -161,6 +165,9 @@ class Conversation(Base):
     # with no chunk) but an append at a new seq: an archive swap, an erasure, a merge,
     # an import. A live window kept in memory is good while this has not moved.
     live_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # The day (in the conversation's zone) its owner was last told the day's tokens
+    # are spent: told once a day.
+    budget_notice_on: Mapped[date | None] = mapped_column(Date)
 
 
 class Chunk(Base):
@@ -238,6 +245,10 @@ class Message(Base):
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     # A model's reply: which model wrote it (the main one, or a fallback).
     model: Mapped[str | None] = mapped_column(String(200))
+    # A model's reply: the tokens its calls took, as the servers counted them.
+    usage_prompt: Mapped[int | None] = mapped_column(BigInteger)
+    usage_cached: Mapped[int | None] = mapped_column(BigInteger)
+    usage_completion: Mapped[int | None] = mapped_column(BigInteger)
     chunk_id: Mapped[int | None] = mapped_column(
         ForeignKey("chunks.id", ondelete="SET NULL"), index=True
     )
@@ -590,3 +601,26 @@ class ScheduleFire(Base):
         BigId, ForeignKey("messages.id", ondelete="SET NULL")
     )
     detail: Mapped[str | None] = mapped_column(String(500))
+
+
+class UsageKind(StrEnum):
+    TURN = "turn"
+    BACKGROUND = "background"  # summaries, extraction, tidying
+
+
+class UsageDay(Base):
+    """The tokens one person's (or one group's) model calls took on one day of their
+    zone, by model and kind of work: what reports and the daily budget read."""
+
+    __tablename__ = "usage_days"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    # A person's user id, or a group's conversation id (`group` says which).
+    subject: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    kind: Mapped[UsageKind] = mapped_column(_enum(UsageKind), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    group: Mapped[bool] = mapped_column(Boolean, default=False)
+    calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    prompt: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion: Mapped[int] = mapped_column(BigInteger, default=0)

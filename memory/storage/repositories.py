@@ -26,6 +26,7 @@ from memory.storage.rights import Rights
 from memory.storage.schedules import Schedules
 from memory.storage.search import Search
 from memory.storage.stats import Stats
+from memory.storage.usage_days import UsageLedger
 from memory.storage.watermarks import Watermarks
 from memory.storage.work import Work
 
@@ -51,6 +52,7 @@ class Repositories:
     stats: Stats
     schedules: Schedules
     previews: Previews
+    usage: UsageLedger
 
     @classmethod
     def open(
@@ -85,4 +87,5 @@ class Repositories:
             stats=Stats(sessions),
             schedules=Schedules(sessions, count_tokens=count_tokens),
             previews=Previews(sessions),
+            usage=UsageLedger(sessions),
         )

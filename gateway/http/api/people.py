@@ -47,6 +47,9 @@ class UserOut(BaseModel):
     created_at: datetime
     identities: list[IdentityOut]
     conversations: list[uuid.UUID]
+    # Tokens their turns may take a day; null: the deployment's
+    # PARLEY_DAILY_TOKENS_PER_PERSON (which may be no limit).
+    daily_tokens: int | None
     state: StateOut
 
     @classmethod
@@ -59,6 +62,7 @@ class UserOut(BaseModel):
             created_at=person.created_at,
             identities=[IdentityOut(**asdict(i)) for i in person.identities],
             conversations=list(person.conversations),
+            daily_tokens=person.daily_tokens,
             state=StateOut(**asdict(state)),
         )
 
@@ -67,6 +71,16 @@ class MergeIn(Input):
     other_user_id: uuid.UUID = Field(
         description="the person who becomes part of this one",
         examples=["6f1c2e4a-8d3b-4f7e-9a21-0c5d8e7b3f10"],
+    )
+
+
+class UserPatch(Input):
+    daily_tokens: int | None = Field(
+        ge=0,
+        le=10**12,
+        description="tokens their turns may take a day, midnight to midnight in their "
+        "zone; null: the deployment's PARLEY_DAILY_TOKENS_PER_PERSON",
+        examples=[200_000],
     )
 
 
@@ -106,6 +120,13 @@ async def list_users(
 @router.get("/users/{user_id}", responses=responses(404))
 async def get_user(people: PeopleDep, user_id: uuid.UUID) -> UserOut:
     return UserOut.of(await people.someone(user_id))
+
+
+@router.patch("/users/{user_id}", responses=responses(404, 422))
+async def patch_user(people: PeopleDep, user_id: uuid.UUID, body: UserPatch) -> UserOut:
+    """Set a person's own daily token cap: raise it to lift today's, or null to follow
+    the deployment's again."""
+    return UserOut.of(await people.set_daily_tokens(user_id, body.daily_tokens))
 
 
 @router.post("/users/{user_id}/merge", response_model=UserOut, responses=responses(404, 409, 422))

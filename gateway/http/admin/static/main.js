@@ -1,10 +1,12 @@
 // The operator dashboard: a client of the REST API (/api/v1), one module per page.
-// Routes: #/people, #/people/ID[/memory|/reminders][?seq=N], #/operations, #/health.
+// Routes: #/people, #/people/ID[/memory|/reminders][?seq=N], #/operations, #/usage,
+// #/health.
 import { CSRF, newPage, reach } from "./api.js";
 import { arrive, guarded, h, setRefresh, show } from "./dom.js";
 import { healthPage } from "./health.js";
 import { operationsPage } from "./operations.js";
 import { peoplePage, personPage } from "./people.js";
+import { usagePage } from "./usage.js";
 
 const TABS = ["memory", "reminders"];
 
@@ -17,6 +19,7 @@ async function route() {
   try {
     if (parts[0] === "operations") await operationsPage();
     else if (parts[0] === "health") await healthPage();
+    else if (parts[0] === "usage") await usagePage();
     else if (parts[0] === "people" && parts[1]) await personPage(parts[1], TABS.includes(parts[2]) ? parts[2] : "conversation", params);
     else await peoplePage(params);
   } catch (err) {

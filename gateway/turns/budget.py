@@ -1,0 +1,52 @@
+"""Daily token budgets (DESIGN §12): past a person's (or a group's) cap for the day the
+model is not asked; they are told once, and their messages are stored as always."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from memory.storage.conversations import TurnState
+from memory.storage.usage_days import Payer, UsageLedger
+
+BUDGET_NOTICE = (
+    "I've reached today's limit for our conversation, so I can't answer until midnight "
+    "(your time). Everything you write is saved, and I'll read it then."
+)
+
+
+class Verdict(Enum):
+    OPEN = "open"  # ask the model
+    NOTICE = "notice"  # spent: tell them, once today
+    QUIET = "quiet"  # spent, and told already: store, answer nothing
+
+
+@dataclass(frozen=True, slots=True)
+class DailyCaps:
+    per_person: int | None = None
+    per_group: int | None = None
+
+
+class Budgets:
+    def __init__(self, caps: DailyCaps, ledger: UsageLedger) -> None:
+        self._caps = caps
+        self._ledger = ledger
+
+    def payer(self, state: TurnState) -> Payer:
+        if state.group or state.user_id is None:
+            return Payer(state.conversation_id, True, "UTC")
+        return Payer(state.user_id, False, state.timezone)
+
+    async def verdict(self, state: TurnState, now: datetime) -> Verdict:
+        if state.group:
+            cap = self._caps.per_group
+        else:
+            cap = state.daily_tokens if state.daily_tokens is not None else self._caps.per_person
+        if cap is None:
+            return Verdict.OPEN  # no read at all where nothing is capped
+        payer = self.payer(state)
+        today = payer.day(now)
+        if await self._ledger.spent(payer, today) < cap:
+            return Verdict.OPEN
+        return Verdict.QUIET if state.budget_notice_on == today else Verdict.NOTICE

@@ -1,0 +1,202 @@
+"""Repository for usage: the tokens model calls took, summed per person (or group),
+per day of their zone, per model and kind of work (DESIGN §12).
+
+A person's calls are charged to them (their user id), a group's to the group (its
+conversation id): a group's turns count against nobody's own budget.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.model_usage import Usage
+from memory.storage.models import Conversation, ConversationKind, UsageDay, UsageKind, User
+from memory.zones import zone
+
+
+@dataclass(frozen=True, slots=True)
+class Payer:
+    """Whom a conversation's model calls are charged to, and the zone of their days."""
+
+    subject: uuid.UUID  # a person's user id, or a group's conversation id
+    group: bool
+    timezone: str
+
+    def day(self, now: datetime) -> date:
+        return now.astimezone(zone(self.timezone)).date()
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    day: date
+    subject: uuid.UUID
+    group: bool
+    kind: UsageKind
+    model: str
+    calls: int
+    prompt: int
+    cached: int
+    completion: int
+
+
+async def payer_of(session: AsyncSession, conversation_id: uuid.UUID) -> Payer | None:
+    found = (
+        await session.execute(
+            select(Conversation.kind, Conversation.user_id, User.timezone)
+            .outerjoin(User, User.id == Conversation.user_id)
+            .where(Conversation.id == conversation_id)
+        )
+    ).one_or_none()
+    if found is None:
+        return None
+    kind, user_id, timezone = found
+    if kind == ConversationKind.GROUP or user_id is None:
+        return Payer(conversation_id, True, "UTC")
+    return Payer(user_id, False, timezone or "UTC")
+
+
+async def charge(
+    session: AsyncSession, payer: Payer, kind: UsageKind, usage: Sequence[Usage], now: datetime
+) -> None:
+    """Add `usage` to the payer's day, in `session`'s transaction (one row per model)."""
+    by_model: dict[str, list[Usage]] = {}
+    for call in usage:
+        by_model.setdefault(call.model, []).append(call)
+    for model, calls in by_model.items():
+        await _add(
+            session,
+            {
+                "day": payer.day(now),
+                "subject": payer.subject,
+                "kind": kind,
+                "model": model,
+                "group": payer.group,
+                "calls": len(calls),
+                "prompt": sum(c.prompt for c in calls),
+                "cached": sum(c.cached for c in calls),
+                "completion": sum(c.completion for c in calls),
+            },
+        )
+
+
+async def move_usage(session: AsyncSession, absorbed: uuid.UUID, survivor: uuid.UUID) -> None:
+    """Two people became one: the absorbed one's usage becomes the survivor's, in
+    `session`'s transaction."""
+    rows = (await session.scalars(select(UsageDay).where(UsageDay.subject == absorbed))).all()
+    moved = [
+        {column: getattr(row, column) for column in _COLUMNS} | {"subject": survivor}
+        for row in rows
+    ]
+    await session.execute(delete(UsageDay).where(UsageDay.subject == absorbed))
+    for row in moved:
+        await _add(session, row)
+
+
+_COLUMNS = ("day", "subject", "kind", "model", "group", "calls", "prompt", "cached", "completion")
+
+
+async def _add(session: AsyncSession, row: dict[str, object]) -> None:
+    """Add `row`'s counts to its day's row, making it if there is none."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert(UsageDay).values(row)
+    added = statement.excluded
+    await session.execute(
+        statement.on_conflict_do_update(
+            index_elements=["day", "subject", "kind", "model"],
+            set_={
+                "calls": UsageDay.calls + added.calls,
+                "prompt": UsageDay.prompt + added.prompt,
+                "cached": UsageDay.cached + added.cached,
+                "completion": UsageDay.completion + added.completion,
+            },
+        )
+    )
+
+
+class UsageLedger:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def charge_conversation(
+        self, conversation_id: uuid.UUID, kind: UsageKind, usage: Sequence[Usage], now: datetime
+    ) -> None:
+        """Charge `usage` to whoever pays for the conversation (nothing if it is gone)."""
+        if not usage:
+            return
+        async with self._sessions() as session:
+            payer = await payer_of(session, conversation_id)
+            if payer is not None:
+                await charge(session, payer, kind, usage, now)
+                await session.commit()
+
+    async def charge_person(
+        self, user_id: uuid.UUID, kind: UsageKind, usage: Sequence[Usage], now: datetime
+    ) -> None:
+        if not usage:
+            return
+        async with self._sessions() as session:
+            timezone = await session.scalar(select(User.timezone).where(User.id == user_id))
+            if timezone is not None:
+                await charge(session, Payer(user_id, False, timezone), kind, usage, now)
+                await session.commit()
+
+    async def spent(self, payer: Payer, day: date) -> int:
+        """The tokens (prompt and completion) the payer's turns took on `day`."""
+        async with self._sessions() as session:
+            found = await session.scalar(
+                select(func.coalesce(func.sum(UsageDay.prompt + UsageDay.completion), 0)).where(
+                    UsageDay.day == day,
+                    UsageDay.subject == payer.subject,
+                    UsageDay.kind == UsageKind.TURN,
+                )
+            )
+        return int(found or 0)
+
+    async def names(self, subjects: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """People's display names and groups' titles, by subject."""
+        if not subjects:
+            return {}
+        async with self._sessions() as session:
+            people = await session.execute(
+                select(User.id, User.display_name).where(User.id.in_(subjects))
+            )
+            groups = await session.execute(
+                select(Conversation.id, Conversation.title).where(Conversation.id.in_(subjects))
+            )
+            return dict([*people, *groups])
+
+    async def rows(
+        self, first: date, last: date, subject: uuid.UUID | None = None
+    ) -> list[UsageRow]:
+        """Every day's rows from `first` to `last` (both included), oldest first."""
+        query = (
+            select(UsageDay)
+            .where(UsageDay.day >= first, UsageDay.day <= last)
+            .order_by(UsageDay.day, UsageDay.subject, UsageDay.model, UsageDay.kind)
+        )
+        if subject is not None:
+            query = query.where(UsageDay.subject == subject)
+        async with self._sessions() as session:
+            found = (await session.scalars(query)).all()
+        return [
+            UsageRow(
+                r.day,
+                r.subject,
+                r.group,
+                r.kind,
+                r.model,
+                r.calls,
+                r.prompt,
+                r.cached,
+                r.completion,
+            )
+            for r in found
+        ]
