@@ -330,9 +330,13 @@ async def test_the_assistant_writes_an_operator_message_from_an_instruction(
             headers=ADMIN,
         )
         history = await gw.history(token)
+        usage = await gw.http.get("/api/v1/usage", headers=ADMIN)
 
     assert refused.status_code == 422
     assert refused.json()["error"]["code"] == "no_model"
+    # Composing costs tokens too: counted for the person, apart from their turns.
+    [day] = usage.json()["rows"]
+    assert (day["turns"]["calls"], day["background"]["calls"]) == (1, 1)
     assert nobody.status_code == 422
     assert nobody.json()["error"]["code"] == "no_recipient"
     assert written.status_code == 201, written.text

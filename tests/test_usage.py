@@ -19,10 +19,12 @@ from memory.model_usage import Usage
 from memory.storage.engine import session_factory
 from memory.storage.models import Message, Role, UsageKind
 from memory.storage.usage_days import Payer
+from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, FakeLLM, Reply
 from tests.support.archive_checks import marked_text, request_kind, settle_extraction
 from tests.support.clock import ManualClock
 from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, running_gateway
+from tests.support.platforms import platform_gateway
 from tests.support.world import World
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -228,3 +230,34 @@ async def test_a_group_pays_apart_and_usage_follows_merges_and_erasure(world: Wo
     await world.repos.erasure.erase_user(world.ana.user_id)
     assert not await ledger.rows(date.min, date.max, world.ana.user_id)
     assert await ledger.rows(date.min, date.max, world.group)  # the group's stays
+
+
+async def test_a_group_has_its_own_budget_and_counts_against_no_members(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.responder = lambda body, number: Reply(ANSWER, pieces=3)  # 13 tokens a turn
+    group = tg.group_chat()
+
+    async def answered(chat: int, count: int) -> None:
+        await p.tg.wait_until(lambda f: len(f.texts(chat)) == count)
+
+    async with platform_gateway(
+        database_url, tmp_path, llm, daily_tokens_per_person=60, daily_tokens_per_group=20
+    ) as p:
+        for n in range(1, 4):  # Ann's own: 39 tokens
+            await p.telegram(tg.text_update(5555, f"private {n}", first_name="Ann"))
+            await answered(5555, n)
+        for n in range(1, 4):  # the group's: 13, 26, then spent
+            await p.telegram(tg.mention_update(5555, f"@{tg.BOT_USERNAME} group {n}", group))
+            await answered(group["id"], n)
+        # Had the group's 26 been hers, 65 would be past her 60.
+        await p.telegram(tg.text_update(5555, "private 4", first_name="Ann"))
+        await answered(5555, 4)
+        users = await p.gw.http.get("/api/v1/usage", params={"group_by": "user"}, headers=ADMIN)
+
+    assert p.tg.texts(group["id"]) == [ANSWER, ANSWER, BUDGET_NOTICE]
+    assert p.tg.texts(5555) == [ANSWER] * 4
+    by_group = {row["group"]: row for row in users.json()["rows"]}
+    assert by_group[True]["name"] == group["title"]
+    assert by_group[True]["turns"]["calls"] == 2
+    assert by_group[False]["turns"]["calls"] == 4

@@ -128,7 +128,13 @@ class Operations:
                 clock=clock,
             ),
             messages=OperatorMessages(
-                repos.messages, outbox, hub, clock, llm, settings.llm_max_reply_tokens
+                repos.messages,
+                outbox,
+                hub,
+                clock,
+                llm,
+                settings.llm_max_reply_tokens,
+                ledger=repos.usage,
             ),
             erasing=erasing,
             portability=Portability(

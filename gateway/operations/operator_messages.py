@@ -13,14 +13,15 @@ from gateway.channels.outbox import Outbox
 from gateway.clock import Clock
 from gateway.errors import InputError
 from gateway.events.hub import Hub
-from gateway.llm.base import LLMProvider, Prompt, complete
+from gateway.llm.base import LLMProvider, Prompt, complete_counted
 from gateway.llm.offline import OFFLINE
 from gateway.text import MAX_INT64, clean
 from memory.chat_turn import ChatTurn
 from memory.context import render_live
 from memory.provenance import label
 from memory.storage.messages import Messages, NewMessage, StoredMessage
-from memory.storage.models import Delivery, Role
+from memory.storage.models import Delivery, Role, UsageKind
+from memory.storage.usage_days import UsageLedger
 
 OPERATOR_SOURCE = "operator via REST"
 # How much of the conversation the assistant reads to write an operator's message.
@@ -50,7 +51,10 @@ class OperatorMessages:
         clock: Clock,
         llm: LLMProvider,
         max_tokens: int,
+        ledger: UsageLedger | None = None,
     ) -> None:
+        """`ledger`: where composing's model calls are charged (None: nowhere)."""
+        self._ledger = ledger
         self._messages = messages
         self._outbox = outbox
         self._hub = hub
@@ -100,7 +104,13 @@ class OperatorMessages:
         while len(turns) > 1 and turns[0].role == "assistant":
             turns.pop(0)
         prompt = Prompt(system=COMPOSE_SYSTEM, turns=tuple(turns), max_tokens=self._max_tokens)
-        text = clean(await complete(self._llm, prompt)).strip()
+        text, usage = await complete_counted(self._llm, prompt)
+        if self._ledger is not None:
+            # Work for the person, not a turn of theirs: counted apart from their budget.
+            await self._ledger.charge_conversation(
+                conversation_id, UsageKind.BACKGROUND, usage, self._clock.now()
+            )
+        text = clean(text).strip()
         if not text:
             raise InputError("the model wrote nothing for that instruction")
         return text

@@ -5,7 +5,9 @@ import { bars } from "./chart.js";
 import { h, scroller, show } from "./dom.js";
 
 const tokens = (t) => t.prompt_tokens + t.completion_tokens;
-const dollars = (t) => t.cost_usd === null ? "no price" : `$${Number(t.cost_usd).toFixed(2)}${t.unpriced_tokens ? " + unpriced" : ""}`;
+// Cents, or for less than a cent its first digits (a test deployment's costs are tiny).
+const money = (usd) => (usd === 0 || usd >= 0.01 ? usd.toFixed(2) : String(Number(usd.toPrecision(2))));
+const dollars = (t) => t.cost_usd === null ? "no price" : `$${money(Number(t.cost_usd))}${t.unpriced_tokens ? " + unpriced" : ""}`;
 
 function days(since, until) {
   const out = [];
