@@ -139,6 +139,10 @@ class Services:
             metrics=metrics,
         )
         planner = Planner(repos.schedules, clock, follow_ups_per_day=settings.follow_ups_per_day)
+        budgets = Budgets(
+            DailyCaps(settings.daily_tokens_per_person, settings.daily_tokens_per_group),
+            repos.usage,
+        )
         runner = TurnRunner(
             messages=repos.messages,
             conversations=repos.conversations,
@@ -167,10 +171,7 @@ class Services:
                 repos.lookups,
                 clock,
             ),
-            budgets=Budgets(
-                DailyCaps(settings.daily_tokens_per_person, settings.daily_tokens_per_group),
-                repos.usage,
-            ),
+            budgets=budgets,
         )
         firings = Firings(
             schedules=repos.schedules,
@@ -196,7 +197,15 @@ class Services:
         # Every family of chat commands, one entry each; `/help` lists what is here.
         commands.register(
             HelpCommand(commands),
-            StatusCommand(archive, repos.deliveries, profiles, repos.lookups, repos.messages),
+            StatusCommand(
+                archive,
+                repos.deliveries,
+                profiles,
+                repos.lookups,
+                repos.messages,
+                budgets=budgets,
+                clock=clock,
+            ),
             ProfileCommands(repos.conversations, profiles, clock),
             LinkCommands(
                 linking=linking,

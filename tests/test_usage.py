@@ -5,6 +5,7 @@ person is told once, their messages are stored, and the model is not asked."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -12,12 +13,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from gateway.turns.budget import BUDGET_NOTICE
 from memory.model_usage import Usage
-from memory.storage.engine import session_factory
-from memory.storage.models import Message, Role, UsageKind
+from memory.storage.models import UsageKind
 from memory.storage.usage_days import Payer
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, FakeLLM, Reply
@@ -100,14 +98,9 @@ async def test_usage_sums_what_the_servers_counted_with_turns_apart_from_backgro
         by_user = await _usage(gw, group_by="user")
         by_model = await _usage(gw, group_by="model", user_id=user_id)
         nobody = await _usage(gw, user_id=str(uuid.uuid4()))
-        async with session_factory(gw.services.engine)() as session:
-            replies = (
-                await session.execute(
-                    select(Message.usage_prompt, Message.usage_cached, Message.usage_completion)
-                    .where(Message.role == Role.ASSISTANT)
-                    .order_by(Message.seq)
-                )
-            ).all()
+        url = f"/api/v1/sessions/{conversation}/messages"
+        messages = (await gw.http.get(url, headers=ADMIN)).json()["items"]
+        export = (await gw.http.get(f"/api/v1/users/{user_id}/export", headers=ADMIN)).text
 
     turns, background = reported.of("chat"), reported.of("summary", "extract")
     assert len(turns) == 6
@@ -123,8 +116,18 @@ async def test_usage_sums_what_the_servers_counted_with_turns_apart_from_backgro
     [model] = by_model["rows"]
     assert (model["key"], model["total"]) == ("fake-model", _totals(turns + background))
     assert nobody["rows"] == []
-    # Each reply keeps what its call took.
-    assert [tuple(r) for r in replies] == [(c.prompt, c.cached, c.completion) for c in turns]
+    # Each reply keeps what its call took, shown to operators and carried in the export.
+    shown = [m["usage"] for m in messages if m["role"] == "assistant"]
+    assert shown == [
+        {"prompt_tokens": c.prompt, "cached_tokens": c.cached, "completion_tokens": c.completion}
+        for c in turns
+    ]
+    exported = [json.loads(line) for line in export.splitlines()]
+    assert [
+        (r["usage_prompt"], r["usage_cached"], r["usage_completion"])
+        for r in exported
+        if r.get("type") == "message" and r.get("role") == "assistant"
+    ] == [(c.prompt, c.cached, c.completion) for c in turns]
 
 
 async def test_a_model_without_a_price_costs_null_and_bad_ranges_are_refused(
@@ -160,6 +163,7 @@ async def test_past_the_daily_budget_one_notice_messages_stored_no_model_until_l
         token, conversation = await gw.visitor()
         replies = [(await gw.send(token, f"message {n}")).json()["reply"] for n in range(1, 6)]
         asked_while_spent = len(llm.requests)
+        status = (await gw.send(token, "/status")).json()["reply"]["text"]
         user_id = (await gw.http.get(f"/api/v1/sessions/{conversation}", headers=ADMIN)).json()[
             "user_id"
         ]
@@ -186,6 +190,8 @@ async def test_past_the_daily_budget_one_notice_messages_stored_no_model_until_l
     # fifth is stored and left unanswered, and the model is asked for neither.
     assert [r and r["text"] for r in replies] == [ANSWER, ANSWER, ANSWER, BUDGET_NOTICE, None]
     assert asked_while_spent == 3
+    # Commands still answer, and /status says where the day stands.
+    assert "Tokens today: 39 of 30 (the count starts again at midnight, your time)." in status
     assert lifted.status_code == 200
     assert lifted.json()["daily_tokens"] == 100
     assert after_lifting["text"] == ANSWER
@@ -193,7 +199,7 @@ async def test_past_the_daily_budget_one_notice_messages_stored_no_model_until_l
     assert spent_again is None  # the notice was given today already
     assert next_day["text"] == ANSWER
     assert len(llm.requests) == 5
-    users = [m["text"] for m in history if m["role"] == "user"]
+    users = [m["text"] for m in history if m["role"] == "user" and m["text"] != "/status"]
     assert users == [f"message {n}" for n in range(1, 9)]
     assert [m["text"] for m in history].count(BUDGET_NOTICE) == 1
     assert [refused.status_code, empty.status_code, missing.status_code] == [422, 422, 404]

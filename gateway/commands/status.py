@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from gateway.clock import Clock
 from gateway.commands.registry import Command, Invocation
+from gateway.turns.budget import Budgets
 from memory.archive.archive import Archive
 from memory.archive.reads import ArchiveStatus
 from memory.profile.profiles import Profiles
@@ -23,7 +25,12 @@ class StatusCommand:
         profiles: Profiles,
         lookups: Lookups,
         messages: Messages,
+        budgets: Budgets | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        """`budgets` and `clock`: to say what today's turns took against the cap."""
+        self._budgets = budgets
+        self._clock = clock
         self._messages = messages
         self._archive = archive
         self._deliveries = deliveries
@@ -41,6 +48,14 @@ class StatusCommand:
         model = await self._messages.last_model(conversation)
         if model is not None:
             lines.append(f"Last reply written by: {model}.")
+        if self._budgets is not None and self._clock is not None:
+            today = await self._budgets.today(conversation, self._clock.now())
+            if today is not None:
+                midnight = "UTC" if today.group else "your time"
+                lines.append(
+                    f"Tokens today: {today.spent:,} of {today.cap:,} "
+                    f"(the count starts again at midnight, {midnight})."
+                )
         uncertain = await self._deliveries.uncertain_parts(conversation)
         if uncertain:
             lines.append(

@@ -3,6 +3,7 @@ model is not asked; they are told once, and their messages are stored as always.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -28,10 +29,33 @@ class DailyCaps:
     per_group: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Today:
+    spent: int
+    cap: int
+    group: bool  # a group's day is UTC; a person's, their own zone's
+
+
 class Budgets:
     def __init__(self, caps: DailyCaps, ledger: UsageLedger) -> None:
         self._caps = caps
         self._ledger = ledger
+
+    async def today(self, conversation_id: uuid.UUID, now: datetime) -> Today | None:
+        """What the conversation's payer has spent today, against their cap (None: no
+        cap applies)."""
+        found = await self._ledger.payer(conversation_id)
+        if found is None:
+            return None
+        payer, own = found
+        cap = (
+            self._caps.per_group
+            if payer.group
+            else (own if own is not None else self._caps.per_person)
+        )
+        if cap is None:
+            return None
+        return Today(await self._ledger.spent(payer, payer.day(now)), cap, payer.group)
 
     def payer(self, state: TurnState) -> Payer:
         if state.group or state.user_id is None:

@@ -399,6 +399,9 @@ def _message(row: Any) -> dict[str, Any]:
         "delivery_attempts": message.delivery_attempts,
         "delivery_error": message.delivery_error,
         "model": message.model,
+        "usage_prompt": message.usage_prompt,
+        "usage_cached": message.usage_cached,
+        "usage_completion": message.usage_completion,
         "text": message.text,
     }
 

@@ -195,6 +195,9 @@ def message(record: Fields) -> MessageRow:
         "delivery_attempts": record.integer_or_none("delivery_attempts") or 0,
         "delivery_error": error,
         "model": record.text_or_none("model", limit=MODEL_CHARS, cut=True),
+        "usage_prompt": record.integer_or_none("usage_prompt"),
+        "usage_cached": record.integer_or_none("usage_cached"),
+        "usage_completion": record.integer_or_none("usage_completion"),
     }
     return MessageRow(record.author_key("author"), record.chunk_key("chunk"), values)
 

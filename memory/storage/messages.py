@@ -51,8 +51,11 @@ class StoredMessage:
     delivery: Delivery | None
     # Why the platform refused the reply (set when delivery failed or is being retried).
     delivery_error: str | None = None
-    # A model's reply: the model that wrote it.
+    # A model's reply: the model that wrote it, and the tokens its calls took.
     model: str | None = None
+    usage_prompt: int | None = None
+    usage_cached: int | None = None
+    usage_completion: int | None = None
 
     @property
     def sent_at(self) -> datetime:
@@ -108,6 +111,9 @@ MESSAGE_COLUMNS = (
     Message.delivery,
     Message.delivery_error,
     Message.model,
+    Message.usage_prompt,
+    Message.usage_cached,
+    Message.usage_completion,
 )
 
 

@@ -148,6 +148,15 @@ class UsageLedger:
                 await charge(session, Payer(user_id, False, timezone), kind, usage, now)
                 await session.commit()
 
+    async def payer(self, conversation_id: uuid.UUID) -> tuple[Payer, int | None] | None:
+        """Who pays for the conversation, and (a person) their own daily cap."""
+        async with self._sessions() as session:
+            payer = await payer_of(session, conversation_id)
+            if payer is None or payer.group:
+                return None if payer is None else (payer, None)
+            own = await session.scalar(select(User.daily_tokens).where(User.id == payer.subject))
+        return payer, own
+
     async def spent(self, payer: Payer, day: date) -> int:
         """The tokens (prompt and completion) the payer's turns took on `day`."""
         async with self._sessions() as session:

@@ -25,6 +25,22 @@ SeqQuery = Annotated[int | None, Query(ge=0, le=MAX_INT64)]
 TEXT_CHARS = 20_000
 
 
+class UsageOut(BaseModel):
+    prompt_tokens: int  # the cached ones included
+    cached_tokens: int
+    completion_tokens: int
+
+    @classmethod
+    def of(cls, message: StoredMessage) -> UsageOut | None:
+        if message.usage_prompt is None:
+            return None
+        return cls(
+            prompt_tokens=message.usage_prompt,
+            cached_tokens=message.usage_cached or 0,
+            completion_tokens=message.usage_completion or 0,
+        )
+
+
 class OperatorMessage(MessageOut):
     """A message as operators see it: who and what produced it, and its delivery."""
 
@@ -36,8 +52,10 @@ class OperatorMessage(MessageOut):
     delivery: str | None
     # The platform's reason when delivery failed (or is being retried).
     delivery_error: str | None = None
-    # A model's reply: the model that wrote it (a fallback's, when the main one failed).
+    # A model's reply: the model that wrote it (a fallback's, when the main one failed),
+    # and the tokens its calls took as the model's server counted them.
     model: str | None = None
+    usage: UsageOut | None = None
 
     @classmethod
     def of(cls, message: StoredMessage) -> OperatorMessage:
@@ -51,6 +69,7 @@ class OperatorMessage(MessageOut):
             delivery=None if message.delivery is None else message.delivery.value,
             delivery_error=message.delivery_error,
             model=message.model,
+            usage=UsageOut.of(message),
         )
 
 
