@@ -48,11 +48,7 @@ class Budgets:
         if found is None:
             return None
         payer, own = found
-        cap = (
-            self._caps.per_group
-            if payer.group
-            else (own if own is not None else self._caps.per_person)
-        )
+        cap = self._cap(payer.group, own)
         if cap is None:
             return None
         return Today(await self._ledger.spent(payer, payer.day(now)), cap, payer.group)
@@ -63,10 +59,7 @@ class Budgets:
         return Payer(state.user_id, False, state.timezone)
 
     async def verdict(self, state: TurnState, now: datetime) -> Verdict:
-        if state.group:
-            cap = self._caps.per_group
-        else:
-            cap = state.daily_tokens if state.daily_tokens is not None else self._caps.per_person
+        cap = self._cap(state.group, state.daily_tokens)
         if cap is None:
             return Verdict.OPEN  # no read at all where nothing is capped
         payer = self.payer(state)
@@ -74,3 +67,9 @@ class Budgets:
         if await self._ledger.spent(payer, today) < cap:
             return Verdict.OPEN
         return Verdict.QUIET if state.budget_notice_on == today else Verdict.NOTICE
+
+    def _cap(self, group: bool, own: int | None) -> int | None:
+        """A group's cap; a person's own, else the deployment's (None: no cap)."""
+        if group:
+            return self._caps.per_group
+        return own if own is not None else self._caps.per_person

@@ -311,17 +311,16 @@ class TurnRunner:
         live = tuple(m for m in state.live if m.role is not Role.USER or m.seq <= upto)
         state = replace(state, live=live, unanswered=answered)
         started = time.monotonic()
-        held = self._leases.held(state.conversation_id)
-        verdict = Verdict.OPEN
         if self._budgets is not None:
             verdict = await self._budgets.verdict(state, self._clock.now())
-        if verdict is not Verdict.OPEN:
-            await self._spent(state, answered[-1], verdict, held)
-            return count < len(is_command)
+            if verdict is not Verdict.OPEN:
+                await self._spent(state, answered[-1], verdict)
+                return count < len(is_command)
         async with self._presence(answered[-1]) as preview:
             answer = await self._answerer.answer(
                 state, context, answered[-1], waiting=slot.lent, preview=preview
             )
+        held = self._leases.held(state.conversation_id)
         reply = await self._finish(state, answered[-1], answer, held)
         live_tokens = sum(m.token_count for m in state.live) + reply.token_count
         self._metrics.turns.labels("model" if answer.role is Role.ASSISTANT else "notice").inc()
@@ -330,12 +329,11 @@ class TurnRunner:
         await self._memory.after_turn(state.conversation_id, live_tokens)
         return count < len(is_command)
 
-    async def _spent(
-        self, state: TurnState, trigger: StoredMessage, verdict: Verdict, held: Held | None
-    ) -> None:
+    async def _spent(self, state: TurnState, trigger: StoredMessage, verdict: Verdict) -> None:
         """The day's tokens are spent: no model. Reminders coming due are still sent in
         their own words; the person is told once a day; the rest is stored unanswered."""
         assert self._budgets is not None
+        held = self._leases.held(state.conversation_id)
         fired = [m.text for m in state.unanswered if is_firing(m.source)]
         notice = [BUDGET_NOTICE] if verdict is Verdict.NOTICE else []
         self._metrics.turns.labels("over_budget").inc()
