@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from gateway.clock import Clock
 from gateway.http import admin, api, docs, exports, health
 from gateway.http.access_log import AccessLog
-from gateway.http.body_limit import BodyLimit
+from gateway.http.body_limit import UPLOAD_FORM_BYTES, UPLOADS_PATH, BodyLimit
 from gateway.http.cors import WebchatCORS
 from gateway.http.errors import install_error_handlers
 from gateway.http.headers import SecurityHeaders
@@ -53,7 +53,11 @@ def create_app(
         services.rate_limits,
     )
     app.add_middleware(
-        BodyLimit, max_bytes=settings.max_body_bytes, read_timeout=settings.read_timeout_seconds
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        read_timeout=settings.read_timeout_seconds,
+        # A file and the form around it.
+        by_path={UPLOADS_PATH: settings.media_max_bytes + UPLOAD_FORM_BYTES},
     )
     app.add_middleware(SecurityHeaders)
     # Unset, the web chat is for Parley's own pages: its socket refuses any other.

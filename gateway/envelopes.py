@@ -25,6 +25,8 @@ class Inbound:
     group_title: str = ""
     # False for input that informs but asks nothing (an edit): stored, not answered.
     expects_reply: bool = True
+    # Files the sender uploaded for this message (web chat), by the ids the upload gave.
+    attachment_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,15 @@ class InputError(ParleyError):
     """Client input that is refused with a clear reason."""
 
 
+class MediaRefused(InputError):
+    """A file that is not kept: `reason` is `too_large`, `unsupported`, `corrupt` or
+    `empty`, and the message says why in words a person understands."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
 class NotFound(ParleyError):
     """There is no such thing as the request names: `f"no such {what}"`."""
 

@@ -24,6 +24,12 @@ class Metrics:
             ["channel"],
             registry=registry,
         )
+        self.uploads = Counter(
+            "parley_uploads",
+            "Files people uploaded and Parley kept, by kind.",
+            ["kind"],
+            registry=registry,
+        )
         self.turns = Counter(
             "parley_turns",
             "Turns run, by what answered: the model, a command, the model-down notice, or "

@@ -45,6 +45,8 @@ from gateway.channels.port import (
     Singleton,
     Singletons,
     StoredMessage,
+    Uploaded,
+    Uploading,
     Watermarks,
 )
 from gateway.channels.split import close_fences, split_text, utf16_length
@@ -57,12 +59,14 @@ from gateway.errors import (
     DeliveryError,
     InputError,
     LeftUnanswered,
+    MediaRefused,
     RateLimited,
     SignInExpired,
     Undeliverable,
 )
 from gateway.events.hub import DeltaEvent, Ended, Event, MessageEvent, Overflow, Stored, Typing
 from gateway.http.assets import GET_AND_HEAD, Asset
+from gateway.http.body_limit import UPLOADS_PATH
 from gateway.http.errors import validation_errors
 from gateway.http.slots import Slots
 from gateway.http.wire import MessageOut
@@ -82,6 +86,7 @@ __all__ = [
     "GET_AND_HEAD",
     "MAX_INT64",
     "NAME_CHARS",
+    "UPLOADS_PATH",
     "AccessRefused",
     "Asset",
     "AuthError",
@@ -108,6 +113,7 @@ __all__ = [
     "Limits",
     "LiveEvents",
     "MalformedJSON",
+    "MediaRefused",
     "MessageEvent",
     "MessageOut",
     "Outbound",
@@ -130,6 +136,8 @@ __all__ = [
     "TelegramSettings",
     "Typing",
     "Undeliverable",
+    "Uploaded",
+    "Uploading",
     "Watermarks",
     "WebchatSettings",
     "WhatsAppSettings",

@@ -175,6 +175,9 @@ class Settings(BaseSettings):
     """How long `POST /webchat/messages` waits for the reply before answering 202."""
     # A request's headers, and then its body, must arrive within this (slow clients
     # would otherwise hold connections open for as long as they like).
+    media_max_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
+    """The largest file a person may send (a web chat upload); larger ones are refused with
+    a clear answer."""
     read_timeout_seconds: float = Field(default=15.0, gt=0)
     """A request's headers, then its body, must arrive within this; else the connection is closed
     (body: 408)."""
@@ -190,6 +193,8 @@ class Settings(BaseSettings):
     """New web chat visitors (and sign-ins) per client address (429 past it)."""
     webchat_messages_per_minute: int = Field(default=30, ge=1)
     """Messages per visitor, HTTP and WebSocket together (429 past it)."""
+    webchat_uploads_per_minute: int = Field(default=10, ge=1)
+    """Files one visitor may upload a minute (429 past it)."""
     webchat_sockets_per_visitor: int = Field(default=5, ge=1)
     """Open WebSockets per visitor; one more is closed with code 4429."""
     # Signs the identity tokens a site gives the widget for its logged-in user (HS256);

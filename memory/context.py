@@ -126,6 +126,8 @@ def _render(
         time = f"{sent.astimezone(tz):%Y-%m-%d %H:%M}" if show_time else None
         speaker = message.author_name if group else None
         content = label(message.text, source=message.source, speaker=speaker, time=time)
+        if message.media:  # the gateway's lines, after what the person typed
+            content = f"{content}\n{message.media}" if message.text else message.media
         turns.append(ChatTurn("user", content))
     return turns, previous
 

@@ -53,6 +53,7 @@ OPERATIONS = {
     "GET /api/v1/sessions/{session_id}/lookups",
     "GET /api/v1/stats",
     "GET /api/v1/usage",
+    "GET /api/v1/attachments/{attachment_id}",
     "GET /api/v1/users",
     "GET /api/v1/users/{user_id}",
     "PATCH /api/v1/users/{user_id}",
@@ -75,6 +76,7 @@ OPERATIONS = {
     "POST /webchat/identify",
     "POST /webchat/messages",
     "GET /webchat/messages",
+    "POST /webchat/uploads",
 }
 
 
@@ -156,7 +158,7 @@ def test_openapi_operations_never_fail_on_the_server(server: FuzzServer) -> None
         bearer: dict[str, str] | None = None
         if operation.path.startswith("/api/"):
             bearer = {"authorization": f"Bearer {ADMIN_TOKEN}"}
-        elif operation.path == "/webchat/messages":
+        elif operation.path in ("/webchat/messages", "/webchat/uploads"):
             bearer = {"authorization": f"Bearer {visitor.token}"}
         known = seeded_session if "{session_id}" in operation.path else None
         variants: list[tuple[GenerationMode, dict[str, str] | None, dict[str, str] | None, int]]

@@ -8,28 +8,49 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response, WebSocket, status
+from fastapi import (
+    APIRouter,
+    Depends,
+    Header,
+    Query,
+    Request,
+    Response,
+    UploadFile,
+    WebSocket,
+    status,
+)
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 
 from connectors.webchat.identity import IdentityTokens
-from connectors.webchat.schema import ExchangeOut, HistoryOut, IdentifyIn, NewVisitorOut, SendIn
+from connectors.webchat.schema import (
+    ExchangeOut,
+    HistoryOut,
+    IdentifyIn,
+    NewVisitorOut,
+    SendIn,
+    UploadOut,
+)
 from connectors.webchat.socket import serve_socket
 from connectors.webchat.tokens import VisitorTokens
 from connectors.webchat.visitors import CHANNEL, Visitor, Visitors, WebchatCore
 from gateway.sdk import (
     GET_AND_HEAD,
     MAX_INT64,
+    NAME_CHARS,
+    UPLOADS_PATH,
     Asset,
     AuthError,
     Capabilities,
     ChatRef,
     ConversationEnded,
     LeftUnanswered,
+    MediaRefused,
     MessageOut,
     Outbound,
     Pace,
     WebchatSettings,
+    clean,
 )
 
 PAGE = Path(__file__).with_name("page.html")
@@ -150,7 +171,9 @@ def _router(visitors: Visitors) -> APIRouter:
         responses={202: {"description": "stored; the reply is still being written"}},
     )
     async def send_message(body: SendIn, visitor_id: VisitorId, response: Response) -> ExchangeOut:
-        received = await visitors.submit(visitor_id, body.text, body.client_id)
+        received = await visitors.submit(
+            visitor_id, body.text, body.client_id, tuple(body.attachments)
+        )
         try:
             reply = await visitors.core.reply_to(received, visitors.settings.reply_wait_seconds)
         except ConversationEnded as ended:
@@ -164,6 +187,37 @@ def _router(visitors: Visitors) -> APIRouter:
         return ExchangeOut(
             message=MessageOut.of(received.message),
             reply=None if reply is None else MessageOut.of(reply),
+        )
+
+    @router.post(
+        UPLOADS_PATH,
+        status_code=status.HTTP_201_CREATED,
+        responses={
+            413: {"description": "the file is larger than PARLEY_MEDIA_MAX_BYTES"},
+            415: {"description": "not a kind of file Parley reads (for now: images)"},
+            422: {"description": "empty, corrupt, or not multipart"},
+            429: {"description": "too many uploads a minute"},
+        },
+    )
+    async def upload(visitor: CurrentVisitor, file: UploadFile) -> UploadOut:
+        """Keep a file for the visitor's next message: JPEG, PNG, WebP or GIF (its
+        first frame), sent as multipart `file`. The image is kept without its EXIF
+        (location included), its longest side at most 1568 px."""
+        await visitors.uploads.take(visitor.id)
+        limit = visitors.settings.media_max_bytes
+        data = await file.read(limit + 1)
+        if len(data) > limit:
+            raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
+        kept = await visitors.core.upload(
+            visitor.identity.identity_id, clean(file.filename or "")[:NAME_CHARS], data
+        )
+        return UploadOut(
+            attachment_id=kept.id,
+            kind=kept.kind,
+            mime=kept.mime,
+            bytes=kept.size,
+            width=kept.width,
+            height=kept.height,
         )
 
     @router.get("/webchat/messages")

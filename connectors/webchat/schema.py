@@ -27,11 +27,31 @@ class IdentifyIn(BaseModel):
     identity_token: str = Field(min_length=1, max_length=4096)
 
 
+# Files one message may carry.
+MAX_ATTACHMENTS = 10
+
+
 class SendIn(BaseModel):
     model_config = _STRICT
 
-    text: StorableText = Field(min_length=1)
+    # May be empty when the message carries files.
+    text: StorableText = ""
     client_id: ClientId | None = None
+    # Files uploaded for this message (`POST /webchat/uploads`), by their ids.
+    attachments: list[Annotated[int, Field(ge=1, le=MAX_INT64)]] = Field(
+        default_factory=list, max_length=MAX_ATTACHMENTS
+    )
+
+
+class UploadOut(BaseModel):
+    """A file kept for the visitor's next message: send its id in `attachments`."""
+
+    attachment_id: int
+    kind: str
+    mime: str  # as sniffed from its bytes (and, for an image, as re-encoded)
+    bytes: int
+    width: int | None
+    height: int | None
 
 
 class ExchangeOut(BaseModel):

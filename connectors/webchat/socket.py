@@ -264,7 +264,9 @@ async def _handle(raw: str, visitors: Visitors, visitor: Visitor, outbox: _Outbo
         return
     client_id = frame.client_id
     try:
-        received = await visitors.submit(visitor.id, frame.text, client_id)
+        received = await visitors.submit(
+            visitor.id, frame.text, client_id, tuple(frame.attachments)
+        )
     except AccessRefused as refused:
         # Nothing was stored: the answer (a pairing code, a refusal) is all there is.
         await outbox.error("refused", refused.answer, client_id=client_id)

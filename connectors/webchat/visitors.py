@@ -23,6 +23,7 @@ from gateway.sdk import (
     Received,
     Receiving,
     Slots,
+    Uploading,
     WebchatSettings,
 )
 
@@ -34,7 +35,7 @@ VISITOR_NAME = "Web visitor"
 SITE_PREFIX = "site:"
 
 
-class WebchatCore(Receiving, Identities, History, LiveEvents, Clocked, Limits, Protocol):
+class WebchatCore(Receiving, Identities, History, LiveEvents, Clocked, Limits, Uploading, Protocol):
     """The roles of the core the web chat uses: it signs its visitors in itself, its
     clients read the stored conversation and its live events (no message is sent to
     them), tokens expire by the core's clock, and how often a visitor may write holds
@@ -70,6 +71,7 @@ class Visitors:
         self._identities = identities
         self.new_sessions = core.rate_limit(self.settings.sessions_per_minute, "new sessions")
         self.messages = core.rate_limit(self.settings.messages_per_minute, "messages")
+        self.uploads = core.rate_limit(self.settings.uploads_per_minute, "uploads")
 
     @property
     def tokens(self) -> VisitorTokens:
@@ -113,7 +115,15 @@ class Visitors:
             return None
         return visitor.expires_at - self.core.clock.now().timestamp()
 
-    async def submit(self, visitor_id: str, text: str, client_id: str | None) -> Received:
+    async def submit(
+        self,
+        visitor_id: str,
+        text: str,
+        client_id: str | None,
+        attachments: tuple[int, ...] = (),
+    ) -> Received:
+        """Store what a visitor sent: `text`, and the files they uploaded for it (by
+        the ids the uploads gave; text may be empty then)."""
         # Client ids are only unique per visitor; the platform id must be per channel.
         platform_id = None if client_id is None else f"{visitor_id}:{client_id}"
         try:
@@ -129,7 +139,7 @@ class Visitors:
             if again is None:
                 raise
             return Received(again, (await self.by_id(visitor_id)).identity, created=False)
-        if not text.strip():
+        if not text.strip() and not attachments:
             raise InputError("text must not be empty")
         limit = self.settings.max_message_chars
         if len(text) > limit:
@@ -142,5 +152,6 @@ class Visitors:
             text=text,
             platform_message_id=platform_id,
             display_name=visitor.identity.display_name or VISITOR_NAME,
+            attachment_ids=attachments,
         )
         return await self.core.receive(inbound)

@@ -81,6 +81,9 @@ class WebchatSettings:
     identity_secret: SecretStr | None
     sessions_per_minute: int
     messages_per_minute: int
+    uploads_per_minute: int
+    # The largest file a visitor may upload.
+    media_max_bytes: int
     sockets_per_visitor: int
     max_message_chars: int
     # The largest socket frame taken, as the largest HTTP body is.
@@ -147,6 +150,8 @@ def webchat_settings(settings: Settings) -> WebchatSettings:
         identity_secret=settings.webchat_identity_secret,
         sessions_per_minute=settings.webchat_sessions_per_minute,
         messages_per_minute=settings.webchat_messages_per_minute,
+        uploads_per_minute=settings.webchat_uploads_per_minute,
+        media_max_bytes=settings.media_max_bytes,
         sockets_per_visitor=settings.webchat_sockets_per_visitor,
         max_message_chars=settings.max_message_chars,
         max_body_bytes=settings.max_body_bytes,

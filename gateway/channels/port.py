@@ -149,6 +149,27 @@ class Receiving(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Uploaded:
+    """A file kept for a message the uploader sends next (`Inbound.attachment_ids`)."""
+
+    id: int
+    kind: str  # image (for now: the only kind an upload may be)
+    mime: str  # as sniffed from the bytes, after processing
+    size: int  # of what is kept
+    width: int | None
+    height: int | None
+
+
+class Uploading(Protocol):
+    """Files a person uploads before the message that carries them (web chat)."""
+
+    async def upload(self, identity_id: uuid.UUID, file_name: str, data: bytes) -> Uploaded:
+        """Read and keep `data` (decoded off the event loop); `MediaRefused` with the
+        reason if it is not kept."""
+        ...
+
+
 class Clocked(Protocol):
     """The core's clock, so a connector's idea of now is the turns' (and a test's)."""
 
@@ -287,6 +308,7 @@ class CoreRoles(
     History,
     LiveEvents,
     Limits,
+    Uploading,
     Protocol,
 ):
     """Every role the core plays, as one: what `Connector.start` is handed. A connector

@@ -24,6 +24,7 @@ from gateway.errors import (
     Gone,
     InputError,
     LLMError,
+    MediaRefused,
     NotFound,
     RateLimited,
 )
@@ -69,6 +70,7 @@ DOMAIN_PROBLEMS: dict[type[Exception], _Problem] = {
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AuthError, _unauthorized)
     app.add_exception_handler(InputError, _unprocessable)
+    app.add_exception_handler(MediaRefused, _refused_file)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(RateLimited, _too_many)
     app.add_exception_handler(ApiError, _api_error)
@@ -109,6 +111,16 @@ async def _unprocessable(request: Request, exc: Exception) -> JSONResponse:
     # The shape FastAPI documents for every 422: a list of what was wrong.
     problem = {"loc": ["body"], "msg": str(exc), "type": "value_error"}
     return JSONResponse({"detail": [problem]}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+# A refused file's status: too large 413, a kind not read 415, else (corrupt, empty) 422.
+FILE_STATUS = {"too_large": 413, "unsupported": 415}
+
+
+async def _refused_file(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, MediaRefused)
+    problem = {"loc": ["body", "file"], "msg": str(exc), "type": exc.reason}
+    return JSONResponse({"detail": [problem]}, FILE_STATUS.get(exc.reason, 422))
 
 
 async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:

@@ -17,20 +17,28 @@ from datetime import timedelta
 import structlog
 
 from gateway.channels.outbox import Outbox
-from gateway.channels.port import Received
+from gateway.channels.port import Received, Uploaded
 from gateway.clock import Clock
 from gateway.envelopes import ChatRef, Inbound
-from gateway.errors import AccessRefused, ConversationEnded, InputError, LeftUnanswered
+from gateway.errors import (
+    AccessRefused,
+    ConversationEnded,
+    InputError,
+    LeftUnanswered,
+    MediaRefused,
+)
 from gateway.events.hub import Ended, Event, Hub, Overflow, Stored
 from gateway.inbox.policy import AccessPolicy
+from gateway.media.images import process_image
 from gateway.metrics import Metrics
 from gateway.replicas.leader import Leader, Step
 from gateway.replicas.rate_limits import RateLimit, RateLimits
 from gateway.text import clean_inbound
 from gateway.turns.runner import TurnRunner
+from memory.storage.attachments import NewAttachment, UploadNotFound
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage
-from memory.storage.models import Delivery, Role
+from memory.storage.models import AttachmentKind, Delivery, Role
 from memory.storage.repositories import Repositories
 from memory.storage.watermarks import Place
 
@@ -63,6 +71,7 @@ class Core:
         self._metrics = metrics
         self._rate_limits = rate_limits
         self._messages = repos.messages
+        self._attachments = repos.attachments
         self._conversations = repos.conversations
         self._identities = repos.identities
         self._deliveries = repos.deliveries
@@ -94,6 +103,26 @@ class Core:
             timezone=self._default_timezone,
             now=self._clock.now(),
         )
+
+    async def upload(self, identity_id: uuid.UUID, file_name: str, data: bytes) -> Uploaded:
+        if not data:
+            raise MediaRefused("empty", "the file is empty")
+        # Decoding a large photo takes CPU for a while: not on the event loop.
+        image = await asyncio.to_thread(process_image, data)
+        kept = await self._attachments.upload(
+            identity_id,
+            NewAttachment(
+                kind=AttachmentKind.IMAGE,
+                mime=image.mime,
+                data=image.data,
+                file_name=file_name,
+                width=image.width,
+                height=image.height,
+            ),
+            self._clock.now(),
+        )
+        self._metrics.uploads.labels(kept.kind.value).inc()
+        return Uploaded(kept.id, kept.kind.value, kept.mime, kept.size, kept.width, kept.height)
 
     async def relabel(self, identity: IdentityRef, display_name: str) -> IdentityRef:
         await self._identities.relabel(identity.identity_id, display_name)
@@ -145,20 +174,23 @@ class Core:
             conversation_id = await self._conversations.group_conversation(
                 inbound.channel, inbound.group_id, title=inbound.group_title, now=self._clock.now()
             )
-        message, created = await self._messages.add_message(
-            conversation_id,
-            NewMessage(
-                role=Role.USER if inbound.expects_reply else Role.EVENT,
-                channel=inbound.channel,
-                text=inbound.text,
-                identity_id=ref.identity_id,
-                author_name=inbound.display_name,
-                source=inbound.source,
-                platform_message_id=inbound.platform_message_id,
-                platform_ts=inbound.platform_ts,
-            ),
-            now=self._clock.now(),
+        new = NewMessage(
+            role=Role.USER if inbound.expects_reply else Role.EVENT,
+            channel=inbound.channel,
+            text=inbound.text,
+            identity_id=ref.identity_id,
+            author_name=inbound.display_name,
+            source=inbound.source,
+            platform_message_id=inbound.platform_message_id,
+            platform_ts=inbound.platform_ts,
+            attachment_ids=inbound.attachment_ids,
         )
+        try:
+            message, created = await self._messages.add_message(
+                conversation_id, new, now=self._clock.now()
+            )
+        except UploadNotFound as missing:
+            raise InputError(str(missing)) from None
         if created:
             self._metrics.inbound.labels(inbound.channel).inc()
             self.hub.message(message)

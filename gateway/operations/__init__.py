@@ -109,6 +109,7 @@ class Operations:
                 lookups=repos.lookups,
                 archive=archive,
                 planner=planner,
+                attachments=repos.attachments,
             ),
             people=People(
                 directory=repos.directory,

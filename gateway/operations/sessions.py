@@ -5,13 +5,15 @@ assistant made in it. Each one named that is not there is `ConversationNotFound`
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from gateway.errors import ConversationNotFound, InputError
+from gateway.errors import ConversationNotFound, InputError, NotFound
 from gateway.reminders.planner import Planner
 from memory.archive.archive import Archive
 from memory.archive.reads import ArchiveStatus, ChunkView
+from memory.storage.attachments import Attachments, AttachmentView
 from memory.storage.conversations import Conversations, ConversationView
 from memory.storage.directory import After, Directory, PersonView, SessionFilter
 from memory.storage.lookups import Lookups, LookupView
@@ -39,8 +41,10 @@ class Sessions:
         lookups: Lookups,
         archive: Archive,
         planner: Planner,
+        attachments: Attachments,
     ) -> None:
         self._planner = planner
+        self._attachments = attachments
         self._conversations = conversations
         self._directory = directory
         self._messages = messages
@@ -85,6 +89,19 @@ class Sessions:
         """Oldest first."""
         await self.require(conversation_id)
         return await self._messages.messages_after(conversation_id, after_seq, limit)
+
+    async def attachments_of(
+        self, messages: Sequence[StoredMessage]
+    ) -> dict[int, list[AttachmentView]]:
+        """The files of the messages that have any, by message id."""
+        return await self._attachments.of_messages([m.id for m in messages if m.media])
+
+    async def attachment(self, attachment_id: int) -> tuple[AttachmentView, bytes]:
+        """A file someone sent, with its bytes; `NotFound` if there is none."""
+        found = await self._attachments.content(attachment_id)
+        if found is None:
+            raise NotFound("attachment")
+        return found
 
     async def messages_before(
         self, conversation_id: uuid.UUID, before_seq: int, limit: int

@@ -20,14 +20,16 @@ def render_transcript(messages: Sequence[StoredMessage], timezone: str) -> str:
     The text is escaped like in the prompt (`memory.provenance`), so none of its lines
     passes for a header, whatever line break or unseen character comes before it: this
     is what the summariser reads and what the archive keeps. Everything the person did
-    not type keeps its source in the header.
+    not type keeps its source in the header; a message's files follow its text, one
+    line each as the gateway writes them.
     """
     tz = zone(timezone)
     blocks = []
     for message in messages:
         when = message.sent_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
         who = speaker(message)
-        blocks.append(f"[{when} · {message.channel} · {who}]\n{escape_typed(message.text)}")
+        body = "\n".join(part for part in (escape_typed(message.text), message.media or "") if part)
+        blocks.append(f"[{when} · {message.channel} · {who}]\n{body}")
     return "\n\n".join(blocks) + "\n"
 
 

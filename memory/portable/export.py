@@ -402,6 +402,7 @@ def _message(row: Any) -> dict[str, Any]:
         "usage_prompt": message.usage_prompt,
         "usage_cached": message.usage_cached,
         "usage_completion": message.usage_completion,
+        "media": message.media,
         "text": message.text,
     }
 

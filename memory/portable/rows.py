@@ -28,6 +28,8 @@ NAME_CHARS = 200
 ID_CHARS = 200
 MESSAGE_ID_CHARS = 255
 MODEL_CHARS = 200  # the column's width
+# A message's media lines: a line a file, ten files at most.
+MEDIA_CHARS = 10_000
 TIMEZONE_CHARS = 64
 REASON_CHARS = 32
 
@@ -198,6 +200,7 @@ def message(record: Fields) -> MessageRow:
         "usage_prompt": record.integer_or_none("usage_prompt"),
         "usage_cached": record.integer_or_none("usage_cached"),
         "usage_completion": record.integer_or_none("usage_completion"),
+        "media": record.text_or_none("media", limit=MEDIA_CHARS, cut=True),
     }
     return MessageRow(record.author_key("author"), record.chunk_key("chunk"), values)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
 from memory.model_usage import Usage, total
+from memory.storage.attachments import media_line, take_uploads
 from memory.storage.engine import writer_queue
 from memory.storage.inserts import insert_or_skip
 from memory.storage.leases import Held, lock_held
@@ -56,6 +57,8 @@ class StoredMessage:
     usage_prompt: int | None = None
     usage_cached: int | None = None
     usage_completion: int | None = None
+    # Its files, one line each as a model is told of them (None: it has none).
+    media: str | None = None
 
     @property
     def sent_at(self) -> datetime:
@@ -91,6 +94,8 @@ class NewMessage:
     # A model's reply: what each of its calls took (stored summed on the reply, and
     # charged to the day of whoever pays for the conversation).
     usage: tuple[Usage, ...] = ()
+    # Files the sender uploaded for this message (web chat): taken in its transaction.
+    attachment_ids: tuple[int, ...] = ()
 
 
 MESSAGE_COLUMNS = (
@@ -114,6 +119,7 @@ MESSAGE_COLUMNS = (
     Message.usage_prompt,
     Message.usage_cached,
     Message.usage_completion,
+    Message.media,
 )
 
 
@@ -158,6 +164,9 @@ class Messages:
                 session, conversation_id, new, self._count_tokens(new.text), now
             )
             if stored is not None:
+                if new.attachment_ids:
+                    # `UploadNotFound` leaves the transaction uncommitted: nothing stored.
+                    stored = await _with_uploads(session, stored, new)
                 if new.usage and (payer := await payer_of(session, conversation_id)):
                     await charge(session, payer, UsageKind.TURN, new.usage, now)
                 await session.commit()
@@ -422,3 +431,13 @@ def _usage_columns(usage: tuple[Usage, ...]) -> dict[str, int | None]:
         "usage_cached": summed.cached,
         "usage_completion": summed.completion,
     }
+
+
+async def _with_uploads(
+    session: AsyncSession, stored: StoredMessage, new: NewMessage
+) -> StoredMessage:
+    """The message with the files its sender uploaded for it, told in its `media`."""
+    taken = await take_uploads(session, new.identity_id, stored.id, new.attachment_ids)
+    media = "\n".join(media_line(view) for view in taken)
+    await session.execute(update(Message).where(Message.id == stored.id).values(media=media))
+    return replace(stored, media=media)

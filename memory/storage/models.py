@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -249,6 +250,9 @@ class Message(Base):
     usage_prompt: Mapped[int | None] = mapped_column(BigInteger)
     usage_cached: Mapped[int | None] = mapped_column(BigInteger)
     usage_completion: Mapped[int | None] = mapped_column(BigInteger)
+    # What the message's files are, one line each as the gateway writes them for a
+    # model ("[image 1280×960, not described]"): read with the message, no join.
+    media: Mapped[str | None] = mapped_column(Text)
     chunk_id: Mapped[int | None] = mapped_column(
         ForeignKey("chunks.id", ondelete="SET NULL"), index=True
     )
@@ -624,3 +628,48 @@ class UsageDay(Base):
     prompt: Mapped[int] = mapped_column(BigInteger, default=0)
     cached: Mapped[int] = mapped_column(BigInteger, default=0)
     completion: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class AttachmentKind(StrEnum):
+    IMAGE = "image"
+    AUDIO = "audio"
+    DOCUMENT = "document"
+    OTHER = "other"
+
+
+class AttachmentState(StrEnum):
+    READY = "ready"
+    FETCHING = "fetching"  # a platform's file, not fetched yet
+    FAILED = "failed"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED = "unsupported"
+
+
+class Attachment(Base):
+    """A file a person sent with a message (DESIGN §11), its bytes kept here so every
+    replica has them and export and erasure are complete. Uploaded before its message
+    (web chat), it belongs to the identity that uploaded it until a message of theirs
+    takes it."""
+
+    __tablename__ = "attachments"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    message_id: Mapped[int | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE"), index=True
+    )
+    identity_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("identities.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[AttachmentKind] = mapped_column(_enum(AttachmentKind))
+    state: Mapped[AttachmentState] = mapped_column(_enum(AttachmentState))
+    mime: Mapped[str] = mapped_column(String(100))  # sniffed from the bytes
+    size: Mapped[int] = mapped_column(BigInteger)  # of `data`, as kept
+    sha256: Mapped[str] = mapped_column(String(64))
+    file_name: Mapped[str] = mapped_column(String(255), default="")
+    width: Mapped[int | None] = mapped_column(Integer)
+    height: Mapped[int | None] = mapped_column(Integer)
+    # What a model reads of it where it does not see it: a description, a transcript,
+    # a document's text.
+    text: Mapped[str | None] = mapped_column(Text)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

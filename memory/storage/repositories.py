@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.storage.attachments import Attachments
 from memory.storage.conversations import Conversations
 from memory.storage.deliveries import Deliveries
 from memory.storage.directory import Directory
@@ -53,6 +54,7 @@ class Repositories:
     schedules: Schedules
     previews: Previews
     usage: UsageLedger
+    attachments: Attachments
 
     @classmethod
     def open(
@@ -88,4 +90,5 @@ class Repositories:
             schedules=Schedules(sessions, count_tokens=count_tokens),
             previews=Previews(sessions),
             usage=UsageLedger(sessions),
+            attachments=Attachments(sessions),
         )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal
+from urllib.parse import quote
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.http.api.inputs import Input
@@ -16,6 +19,7 @@ from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
 from gateway.http.problems import ApiError, responses
 from gateway.http.wire import MessageOut
 from gateway.text import MAX_INT64, StorableText
+from memory.storage.attachments import AttachmentView
 from memory.storage.messages import StoredMessage
 from memory.storage.search import MARK_END, MARK_START, SearchHit, SearchPosition
 
@@ -41,6 +45,33 @@ class UsageOut(BaseModel):
         )
 
 
+class AttachmentOut(BaseModel):
+    """A file sent with a message; its bytes at `GET /api/v1/attachments/{id}`."""
+
+    id: int
+    kind: str  # image | audio | document | other
+    mime: str  # sniffed from the bytes
+    bytes: int
+    state: str
+    # What a model reads of it where it is not shown it (a description, a transcript).
+    text: str | None
+    width: int | None = None
+    height: int | None = None
+
+    @classmethod
+    def of(cls, view: AttachmentView) -> AttachmentOut:
+        return cls(
+            id=view.id,
+            kind=view.kind.value,
+            mime=view.mime,
+            bytes=view.size,
+            state=view.state.value,
+            text=view.text,
+            width=view.width,
+            height=view.height,
+        )
+
+
 class OperatorMessage(MessageOut):
     """A message as operators see it: who and what produced it, and its delivery."""
 
@@ -56,9 +87,12 @@ class OperatorMessage(MessageOut):
     # and the tokens its calls took as the model's server counted them.
     model: str | None = None
     usage: UsageOut | None = None
+    attachments: list[AttachmentOut] = Field(default_factory=list)
 
     @classmethod
-    def of(cls, message: StoredMessage) -> OperatorMessage:
+    def of(
+        cls, message: StoredMessage, attachments: Sequence[AttachmentView] = ()
+    ) -> OperatorMessage:
         return cls(
             **cls._fields(message),
             id=message.id,
@@ -70,6 +104,7 @@ class OperatorMessage(MessageOut):
             delivery_error=message.delivery_error,
             model=message.model,
             usage=UsageOut.of(message),
+            attachments=[AttachmentOut.of(a) for a in attachments],
         )
 
 
@@ -149,7 +184,27 @@ async def session_messages(
     else:
         page = await sessions.messages_after(session_id, after_seq or 0, limit + 1)
         shown, next_cursor = cursors.cut(key, page, limit, lambda m: ["after", m.seq])
-    return MessagePage(items=[OperatorMessage.of(m) for m in shown], next_cursor=next_cursor)
+    files = await sessions.attachments_of(shown)
+    items = [OperatorMessage.of(m, files.get(m.id, ())) for m in shown]
+    return MessagePage(items=items, next_cursor=next_cursor)
+
+
+@router.get(
+    "/attachments/{attachment_id}",
+    responses={200: {"content": {"application/octet-stream": {}}}, **responses(404)},
+    response_class=Response,
+)
+async def attachment(
+    sessions: SessionsDep, attachment_id: Annotated[int, Path(ge=1, le=MAX_INT64)]
+) -> Response:
+    """The file as kept, always as a download: a browser never renders it in place."""
+    view, data = await sessions.attachment(attachment_id)
+    name = view.file_name or f"attachment-{view.id}"
+    return Response(
+        data,
+        media_type=view.mime,
+        headers={"Content-Disposition": content_disposition(name)},
+    )
 
 
 @router.get("/sessions/{session_id}/search", responses=responses(404))
@@ -207,3 +262,10 @@ async def send_message(
         return OperatorMessage.of(await operator.send(target, text))
 
     return await once.run(send, 201, about=lambda message: message.conversation_id)
+
+
+def content_disposition(name: str) -> str:
+    """A download under the sender's file name: plain ASCII for old clients, the name
+    itself (RFC 5987) for the rest; never a quote or a path that ends the header."""
+    plain = re.sub(r"[^A-Za-z0-9._ -]", "_", name)[:100] or "attachment"
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name, safe='')}"

@@ -1,0 +1,160 @@
+"""Repository for attachments: files sent with messages, their bytes included.
+
+A web chat upload comes before its message: it belongs to the identity that uploaded
+it until a message of theirs takes it (`take_uploads`, in that message's transaction),
+so nobody else can attach it, and once taken no other message can.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import defer
+
+from memory.storage.models import Attachment, AttachmentKind, AttachmentState
+
+
+class UploadNotFound(LookupError):
+    """An attachment id that is no unattached upload of the sender's."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewAttachment:
+    kind: AttachmentKind
+    mime: str
+    data: bytes
+    file_name: str = ""
+    width: int | None = None
+    height: int | None = None
+    state: AttachmentState = AttachmentState.READY
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentView:
+    id: int
+    message_id: int | None
+    kind: AttachmentKind
+    state: AttachmentState
+    mime: str
+    size: int
+    file_name: str
+    width: int | None
+    height: int | None
+    text: str | None
+
+
+# An `AttachmentView`'s fields, as columns (never the bytes).
+_VIEW_COLUMNS = (
+    Attachment.id,
+    Attachment.message_id,
+    Attachment.kind,
+    Attachment.state,
+    Attachment.mime,
+    Attachment.size,
+    Attachment.file_name,
+    Attachment.width,
+    Attachment.height,
+    Attachment.text,
+)
+
+
+def media_line(view: AttachmentView) -> str:
+    """How a model is told of a file where it is not shown it (DESIGN §11)."""
+    if view.text:
+        return f"[{view.kind.value}: {view.text}]"
+    if view.kind is AttachmentKind.IMAGE:
+        return f"[image {view.width}×{view.height}, not described]"
+    return f"[file {view.file_name or view.mime}, {view.size:,} bytes, not read]"
+
+
+async def take_uploads(
+    session: AsyncSession, identity_id: uuid.UUID | None, message_id: int, ids: Sequence[int]
+) -> list[AttachmentView]:
+    """Make the uploads `ids` the message's, in `session`'s transaction, in the order
+    given; `UploadNotFound` (roll back) unless every one is an unattached upload of
+    `identity_id`'s."""
+    wanted = list(dict.fromkeys(ids))
+    taken = await session.execute(
+        update(Attachment)
+        .where(
+            Attachment.id.in_(wanted),
+            Attachment.identity_id == identity_id,
+            Attachment.message_id.is_(None),
+        )
+        .values(message_id=message_id)
+        .returning(*_VIEW_COLUMNS)
+    )
+    by_id = {row.id: AttachmentView(**row._asdict()) for row in taken}
+    missing = [i for i in wanted if i not in by_id]
+    if missing:
+        raise UploadNotFound(f"no such upload: {missing[0]}")
+    return [by_id[i] for i in wanted]
+
+
+class Attachments:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def upload(
+        self, identity_id: uuid.UUID, new: NewAttachment, now: datetime
+    ) -> AttachmentView:
+        """Keep a file an identity uploaded, for a message of theirs to take."""
+        row = Attachment(
+            identity_id=identity_id,
+            kind=new.kind,
+            state=new.state,
+            mime=new.mime,
+            size=len(new.data),
+            sha256=hashlib.sha256(new.data).hexdigest(),
+            file_name=new.file_name,
+            width=new.width,
+            height=new.height,
+            data=new.data,
+            created_at=now,
+        )
+        async with self._sessions() as session:
+            session.add(row)
+            await session.commit()
+            return _view(row)
+
+    async def of_messages(self, message_ids: Sequence[int]) -> dict[int, list[AttachmentView]]:
+        """The attachments of each message that has any, oldest first."""
+        if not message_ids:
+            return {}
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                select(Attachment)
+                .where(Attachment.message_id.in_(message_ids))
+                .order_by(Attachment.id)
+                .options(defer(Attachment.data))  # the views, never the bytes
+            )
+            found: dict[int, list[AttachmentView]] = {}
+            for row in rows:
+                found.setdefault(int(row.message_id or 0), []).append(_view(row))
+        return found
+
+    async def content(self, attachment_id: int) -> tuple[AttachmentView, bytes] | None:
+        async with self._sessions() as session:
+            row = await session.get(Attachment, attachment_id)
+            return None if row is None else (_view(row), row.data)
+
+
+def _view(row: Attachment) -> AttachmentView:
+    return AttachmentView(
+        row.id,
+        row.message_id,
+        row.kind,
+        row.state,
+        row.mime,
+        row.size,
+        row.file_name,
+        row.width,
+        row.height,
+        row.text,
+    )

@@ -1,0 +1,257 @@
+"""Files a web chat visitor sends (DESIGN §11), so far images: uploaded before the
+message that carries them, kept in the database without their EXIF (location
+included) and at most 1568 px on a side, refused with a clear reason when too large,
+not an image, corrupt, empty or a decompression bomb; only their uploader's message
+can take them; the model is told of each; operators read and download them; erasure
+leaves none."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+from PIL import ExifTags, Image
+from sqlalchemy import func, select
+
+from gateway.media.images import LONGEST_SIDE
+from memory.storage.engine import session_factory
+from memory.storage.models import Attachment
+from tests.fakes.llm_server import FakeLLM
+from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, running_gateway
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+GPS = ExifTags.IFD.GPSInfo
+
+
+def _photo(width: int = 120, height: int = 80, *, orientation: int | None = None) -> bytes:
+    """A JPEG as a phone writes it: a camera make, where it was taken, how it is held."""
+    image = Image.new("RGB", (width, height), (200, 30, 30))
+    exif = Image.Exif()
+    exif[ExifTags.Base.Make] = "PhoneMaker"
+    exif[GPS] = {
+        ExifTags.GPS.GPSLatitudeRef: "N",
+        ExifTags.GPS.GPSLatitude: (48.0, 51.0, 30.0),
+        ExifTags.GPS.GPSLongitudeRef: "E",
+        ExifTags.GPS.GPSLongitude: (2.0, 17.0, 40.0),
+    }
+    if orientation is not None:
+        exif[ExifTags.Base.Orientation] = orientation
+    out = io.BytesIO()
+    image.save(out, format="JPEG", exif=exif)
+    return out.getvalue()
+
+
+def _bomb(side: int = 40_000) -> bytes:
+    """A PNG of a few dozen bytes that declares `side`×`side` pixels."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+        + chunk(b"IEND", b"")
+    )
+
+
+async def _upload(
+    gw: Gateway, token: str, data: bytes, name: str = "photo.jpg", mime: str = "image/jpeg"
+) -> httpx.Response:
+    return await gw.http.post(
+        "/webchat/uploads",
+        files={"file": (name, data, mime)},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+
+async def _send(gw: Gateway, token: str, text: str, attachments: list[int]) -> httpx.Response:
+    return await gw.http.post(
+        "/webchat/messages",
+        json={"text": text, "attachments": attachments},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+
+def _kept(data: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+def _last_user_content(llm: FakeLLM) -> Any:
+    return [m for m in llm.requests[-1]["messages"] if m["role"] == "user"][-1]["content"]
+
+
+async def test_a_photo_is_kept_without_its_location_and_the_model_is_told_of_it(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    photo = _photo(orientation=6)  # held upright: the pixels are on their side
+    assert _kept(photo).getexif().get_ifd(GPS)  # the source does say where it was taken
+    settings = make_settings(database_url, tmp_path, llm)
+    async with running_gateway(settings) as gw:
+        token, session = await gw.visitor()
+        uploaded = await _upload(gw, token, photo, name="IMG_0001.jpg")
+        body = uploaded.json()
+        sent = await _send(gw, token, "what is this?", [body["attachment_id"]])
+        asked = _last_user_content(llm)
+        bare = await _upload(gw, token, _photo())
+        captionless = await _send(gw, token, "", [bare.json()["attachment_id"]])
+        bare_asked = _last_user_content(llm)
+        url = f"/api/v1/sessions/{session}/messages"
+        messages = (await gw.http.get(url, headers=ADMIN)).json()["items"]
+        download = await gw.http.get(f"/api/v1/attachments/{body['attachment_id']}", headers=ADMIN)
+        unknown = await gw.http.get("/api/v1/attachments/999999", headers=ADMIN)
+        anonymous = await gw.http.get(f"/api/v1/attachments/{body['attachment_id']}")
+
+    assert uploaded.status_code == 201, uploaded.text
+    # Turned upright as it was held: 80 wide, 120 high.
+    assert body | {"attachment_id": 0} == {
+        "attachment_id": 0,
+        "kind": "image",
+        "mime": "image/jpeg",
+        "bytes": body["bytes"],
+        "width": 80,
+        "height": 120,
+    }
+    assert sent.status_code == 200, sent.text
+    assert sent.json()["reply"]["role"] == "assistant"
+    assert asked.endswith("what is this?\n[image 80×120, not described]")
+    assert captionless.status_code == 200, captionless.text
+    assert bare_asked == "[image 120×80, not described]"
+    with_file = [m for m in messages if m["attachments"]]
+    assert [m["text"] for m in with_file] == ["what is this?", ""]
+    [shown] = with_file[0]["attachments"]
+    assert (shown["id"], shown["kind"], shown["state"]) == (body["attachment_id"], "image", "ready")
+    assert download.status_code == 200
+    assert download.headers["content-type"] == "image/jpeg"
+    assert download.headers["content-disposition"].startswith('attachment; filename="IMG_0001.jpg"')
+    kept = _kept(download.content)
+    assert kept.size == (80, 120)
+    assert len(kept.getexif()) == 0  # no EXIF at all: no GPS, no camera
+    assert b"PhoneMaker" not in download.content
+    assert unknown.status_code == 404
+    assert anonymous.status_code == 401
+
+
+async def test_a_large_image_is_kept_at_1568_px_and_transparency_stays(
+    database_url: str, tmp_path: Path
+) -> None:
+    wide = io.BytesIO()
+    Image.new("RGB", (4000, 3000), (10, 120, 200)).save(wide, format="PNG")
+    clear = io.BytesIO()
+    Image.new("RGBA", (64, 64), (0, 0, 0, 0)).save(clear, format="PNG")
+    async with running_gateway(make_settings(database_url, tmp_path, None)) as gw:
+        token, _ = await gw.visitor()
+        large = (await _upload(gw, token, wide.getvalue(), "wide.png", "image/png")).json()
+        sticker = (await _upload(gw, token, clear.getvalue(), "s.png", "image/png")).json()
+
+    assert (large["width"], large["height"], large["mime"]) == (LONGEST_SIDE, 1176, "image/jpeg")
+    assert (sticker["width"], sticker["height"], sticker["mime"]) == (64, 64, "image/png")
+
+
+async def test_bad_files_are_refused_with_their_reason_and_nothing_is_kept(
+    database_url: str, tmp_path: Path
+) -> None:
+    settings = make_settings(database_url, tmp_path, None, media_max_bytes=64 * 1024)
+    page = b"<html><script>alert(1)</script></html>"
+    truncated = _photo(600, 400)[:700]
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        answers = {
+            "too large": await _upload(gw, token, b"\xff" * (64 * 1024 + 1)),
+            "disguised": await _upload(gw, token, page, "cat.jpg"),
+            "svg": await _upload(gw, token, b"<svg xmlns='http://www.w3.org/2000/svg'/>"),
+            "corrupt": await _upload(gw, token, truncated),
+            "empty": await _upload(gw, token, b""),
+            "bomb": await _upload(gw, token, _bomb(), "bomb.png", "image/png"),
+            "no file": await gw.http.post(
+                "/webchat/uploads",
+                data={"note": "x"},
+                headers={"Authorization": f"Bearer {token}"},
+            ),
+            "no token": await gw.http.post("/webchat/uploads", files={"file": ("a.jpg", b"x")}),
+        }
+        async with session_factory(gw.services.engine)() as session:
+            kept = await session.scalar(select(func.count()).select_from(Attachment))
+
+    statuses = {name: answer.status_code for name, answer in answers.items()}
+    assert statuses == {
+        "too large": 413,
+        "disguised": 415,
+        "svg": 415,
+        "corrupt": 422,
+        "empty": 422,
+        "bomb": 413,
+        "no file": 422,
+        "no token": 401,
+    }
+    reasons = {name: answers[name].json()["detail"][0]["type"] for name in ("corrupt", "empty")}
+    assert reasons == {"corrupt": "corrupt", "empty": "empty"}
+    assert "pixels" in answers["bomb"].json()["detail"][0]["msg"]
+    assert kept == 0
+
+
+async def test_only_the_uploader_can_attach_a_file_and_only_once(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm, webchat_uploads_per_minute=3)
+    async with running_gateway(settings) as gw:
+        ana, _ = await gw.visitor()
+        bo, _ = await gw.visitor()
+        mine = (await _upload(gw, ana, _photo())).json()["attachment_id"]
+        stolen = await _send(gw, bo, "look what I found", [mine])
+        bo_history = await gw.history(bo)
+        first = await _send(gw, ana, "my photo", [mine])
+        again = await _send(gw, ana, "the same again", [mine])
+        made_up = await _send(gw, ana, "and this", [mine + 1000])
+        empty = await _send(gw, ana, "", [])
+        await _upload(gw, ana, _photo())
+        await _upload(gw, ana, _photo())
+        too_many = await _upload(gw, ana, _photo())
+        ana_history = await gw.history(ana)
+
+    assert stolen.status_code == 422
+    assert "no such upload" in stolen.text
+    assert bo_history == []  # nothing of Bo's was stored
+    assert first.status_code == 200
+    assert [again.status_code, made_up.status_code, empty.status_code] == [422, 422, 422]
+    assert [m["text"] for m in ana_history if m["role"] == "user"] == ["my photo"]
+    assert too_many.status_code == 429
+
+
+async def test_erasing_a_person_removes_their_files_sent_or_only_uploaded(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, session = await gw.visitor()
+        sent = (await _upload(gw, token, _photo())).json()["attachment_id"]
+        await _upload(gw, token, _photo(90, 60))  # uploaded, never sent
+        await _send(gw, token, "a photo", [sent])
+        kept = (await gw.http.get(f"/api/v1/attachments/{sent}", headers=ADMIN)).content
+        user_id = (await gw.http.get(f"/api/v1/sessions/{session}", headers=ADMIN)).json()[
+            "user_id"
+        ]
+        # Some bytes of the kept image, found in the database's files before.
+        needle = kept[len(kept) // 2 : len(kept) // 2 + 48]
+        before = _files_with(tmp_path, needle)
+        erased = await gw.http.delete(f"/api/v1/users/{user_id}", headers=ADMIN)
+        async with session_factory(gw.services.engine)() as session_:
+            left = await session_.scalar(select(func.count()).select_from(Attachment))
+
+    assert erased.status_code == 200, erased.text
+    assert left == 0
+    if database_url.startswith("sqlite"):  # the database, -wal and -shm
+        assert before
+        assert _files_with(tmp_path, needle) == []
+
+
+def _files_with(root: Path, needle: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
