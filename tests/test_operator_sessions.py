@@ -56,6 +56,7 @@ async def _things(gw: Gateway) -> dict[str, str]:
         "code": "ABCD",
         "job_id": "summarize:1",
         "reminder_id": str(reminder.json()["id"]),
+        "attachment_id": "1",
     }
 
 
