@@ -61,8 +61,13 @@ async def test_a_telegram_group_sees_one_message_grow_into_the_reply(
         # The next turn opens a message of its own: the first is finished with.
         await p.telegram(_mention("and another thing"))
         await p.tg.wait_until(lambda f: f.shown(GROUP_ID) == [ANSWER, second])
-        await p.gw.services.runner.idle()
-        stored = await p.all_messages()
+        # The platform showing the reply comes before the delivery loop records it.
+        stored = await eventually(
+            p.all_messages,
+            until=lambda ms: all(
+                m["delivery"] != "pending" for m in ms if m["role"] == "assistant"
+            ),
+        )
         metrics = (await p.gw.http.get("/metrics")).text
 
     assert ANSWER.startswith(preview["text"])
