@@ -114,10 +114,8 @@ async def test_the_swap_is_atomic_while_summaries_finish_during_turns(
         seq_of: dict[int, int] = {}
         for number in range(1, 61):
             seq_of |= await _fill(gw, token, 1, start=number)
-            # One turn per message: were turns to merge messages (a slow machine), fewer
-            # chat requests would free fewer summaries, the archive would fall behind
-            # and the prompt leave out the oldest live messages (DESIGN §4), which this
-            # check would take for a gap in the swap.
+            # The turn's work done (its cut too), so no turn swaps chunks before the
+            # check reads what the prompt was built from.
             await gw.services.runner.idle()
             await check_prompt(
                 gw.services, uuid.UUID(conversation), chat_requests(llm.requests)[-1], seq_of

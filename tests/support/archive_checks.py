@@ -7,9 +7,13 @@ import re
 import uuid
 from typing import Any
 
+from sqlalchemy import select
+
 from gateway.jobs.queue import EmbeddedQueue
 from gateway.services import Services
 from memory.archive.reads import ChunkView
+from memory.storage.engine import session_factory
+from memory.storage.models import Message
 from tests.support.harness import ADMIN_TOKEN, Gateway
 from tests.support.polling import eventually
 
@@ -50,28 +54,50 @@ async def check_prompt(
     services: Services, conversation_id: uuid.UUID, request: dict[str, Any], seq_of: dict[int, int]
 ) -> None:
     """Every user message before the newest one shown lies in exactly one place: one
-    timeline row's span, or the live messages — never both, never neither."""
+    timeline row's span, or the live messages — never both, never neither. But one:
+    when the archive has fallen behind, the live window can outgrow the prompt, which
+    then leaves out its oldest messages (DESIGN §4); those must still be live in the
+    database (not archived, not swapped out of sight) and older than every message shown.
+
+    Call it before the next turn starts: only a turn's start swaps chunks in, so the
+    database's live window is the one the prompt was built from."""
     system = str(request["messages"][0]["content"])
     rows = [await services.archive.chunk(int(i)) for i in ARCHIVE_ROW.findall(system)]
     spans = sorted((r.seq_start, r.seq_end) for r in rows if r is not None)
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end < start, f"timeline rows overlap: {spans}"
+    # Every marker of a user turn: a provider joins consecutive user messages into one.
     live = {
         seq_of[int(n)]
         for m in request["messages"][1:]
         if m["role"] == "user"
-        for n in MARKER.findall(str(m["content"]))[:1]
+        for n in MARKER.findall(str(m["content"]))
+        if int(n) in seq_of
     }
     newest = max(live)
+    unarchived = await _live_seqs(services, conversation_id)
     for number, seq in seq_of.items():
         if seq > newest:
             continue
         covered = sum(start <= seq <= end for start, end in spans)
         shown = seq in live
+        if covered + shown == 0 and seq in unarchived and seq < min(live):
+            continue  # left out of a full prompt, still in the live window
         assert covered + shown == 1, (
             f"message m{number:05d} (seq {seq}) is in {covered} rows and "
             f"{'is' if shown else 'is not'} live"
         )
+
+
+async def _live_seqs(services: Services, conversation_id: uuid.UUID) -> set[int]:
+    """The seqs of the conversation's live window as stored (no chunk swapped in)."""
+    async with session_factory(services.engine)() as session:
+        found = await session.scalars(
+            select(Message.seq).where(
+                Message.conversation_id == conversation_id, Message.chunk_id.is_(None)
+            )
+        )
+        return set(found)
 
 
 def check_levels(chunks: list[ChunkView]) -> None:
