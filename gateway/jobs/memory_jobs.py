@@ -103,39 +103,37 @@ class MemoryJobs:
 
     async def summarize(self, chunk_id: int) -> None:
         # The chunk's own lease says who summarises it.
-        with self._for_conversation(await self._archive.conversation_of(chunk_id)):
+        with self._charged(conversation_id=await self._archive.conversation_of(chunk_id)):
             await self._archive.summarize(chunk_id)
 
     async def rollup(self, conversation_id: uuid.UUID) -> None:
-        with self._for_conversation(conversation_id):
+        with self._charged(conversation_id=conversation_id):
             await self._leased(f"{ROLLUP}:{conversation_id}", self._archive.rollup, conversation_id)
 
     async def extract(self, chunk_id: int) -> None:
-        with self._for_conversation(await self._archive.conversation_of(chunk_id)):
+        with self._charged(conversation_id=await self._archive.conversation_of(chunk_id)):
             await self._leased(f"{EXTRACT}:{chunk_id}", self._profile.extract, chunk_id)
 
     async def tidy(self, user_id: uuid.UUID) -> None:
-        ledger, clock = self._ledger, self._clock
-        if ledger is None or clock is None:
-            await self._leased(f"{TIDY}:{user_id}", self._profile.tidy, user_id)
-            return
-
-        async def charge(usage: list[Usage]) -> None:
-            await ledger.charge_person(user_id, UsageKind.BACKGROUND, usage, clock.now())
-
-        with _charging(charge):
+        with self._charged(user_id=user_id):
             await self._leased(f"{TIDY}:{user_id}", self._profile.tidy, user_id)
 
-    def _for_conversation(
-        self, conversation_id: uuid.UUID | None
+    def _charged(
+        self, *, conversation_id: uuid.UUID | None = None, user_id: uuid.UUID | None = None
     ) -> contextlib.AbstractContextManager[None]:
+        """Around a job: its model calls charged to the person, or to whoever pays for
+        the conversation."""
         ledger, clock = self._ledger, self._clock
-        if ledger is None or clock is None or conversation_id is None:
+        if ledger is None or clock is None or (conversation_id is None and user_id is None):
             return contextlib.nullcontext()
-        known = conversation_id
 
         async def charge(usage: list[Usage]) -> None:
-            await ledger.charge_conversation(known, UsageKind.BACKGROUND, usage, clock.now())
+            if user_id is not None:
+                await ledger.charge_person(user_id, UsageKind.BACKGROUND, usage, clock.now())
+            elif conversation_id is not None:
+                await ledger.charge_conversation(
+                    conversation_id, UsageKind.BACKGROUND, usage, clock.now()
+                )
 
         return _charging(charge)
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from enum import Enum
 
 from memory.storage.conversations import TurnState
-from memory.storage.usage_days import Payer, UsageLedger
+from memory.storage.usage_days import Payer, UsageLedger, payer_for
 
 BUDGET_NOTICE = (
     "I've reached today's limit for our conversation, so I can't answer until midnight "
@@ -54,9 +54,7 @@ class Budgets:
         return Today(await self._ledger.spent(payer, payer.day(now)), cap, payer.group)
 
     def payer(self, state: TurnState) -> Payer:
-        if state.group or state.user_id is None:
-            return Payer(state.conversation_id, True, "UTC")
-        return Payer(state.user_id, False, state.timezone)
+        return payer_for(state.conversation_id, state.user_id, state.group, state.timezone)
 
     async def verdict(self, state: TurnState, now: datetime) -> Verdict:
         cap = self._cap(state.group, state.daily_tokens)

@@ -35,6 +35,7 @@ from memory.storage.conversations import Conversations, TurnState
 from memory.storage.leases import Held, LeaseLost
 from memory.storage.messages import Messages, NewMessage, StoredMessage
 from memory.storage.models import Delivery, Role
+from memory.storage.usage_days import payer_for
 
 log = structlog.get_logger(__name__)
 
@@ -393,6 +394,7 @@ class TurnRunner:
                 prompt_tokens=answer.prompt_tokens,
                 model=answer.model,
                 usage=answer.usage,
+                payer=payer_for(state.conversation_id, state.user_id, state.group, state.timezone),
             ),
             now=self._clock.now(),
             held=held,

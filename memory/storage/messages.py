@@ -30,7 +30,7 @@ from memory.storage.models import (
     Role,
     UsageKind,
 )
-from memory.storage.usage_days import charge, payer_of
+from memory.storage.usage_days import Payer, charge
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +92,9 @@ class NewMessage:
     prompt_tokens: int | None = None
     model: str | None = None
     # A model's reply: what each of its calls took (stored summed on the reply, and
-    # charged to the day of whoever pays for the conversation).
+    # charged to `payer`'s day in the same transaction).
     usage: tuple[Usage, ...] = ()
+    payer: Payer | None = None
     # Files the sender uploaded for this message (web chat): taken in its transaction.
     attachment_ids: tuple[int, ...] = ()
 
@@ -167,8 +168,8 @@ class Messages:
                 if new.attachment_ids:
                     # `UploadNotFound` leaves the transaction uncommitted: nothing stored.
                     stored = await _with_uploads(session, stored, new)
-                if new.usage and (payer := await payer_of(session, conversation_id)):
-                    await charge(session, payer, UsageKind.TURN, new.usage, now)
+                if new.usage and new.payer is not None:
+                    await charge(session, new.payer, UsageKind.TURN, new.usage, now)
                 await session.commit()
                 return stored, True
             await session.rollback()

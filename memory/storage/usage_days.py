@@ -46,6 +46,15 @@ class UsageRow:
     completion: int
 
 
+def payer_for(
+    conversation_id: uuid.UUID, user_id: uuid.UUID | None, group: bool, timezone: str
+) -> Payer:
+    """Who pays for a conversation, from what a turn already read of it."""
+    if group or user_id is None:
+        return Payer(conversation_id, True, "UTC")
+    return Payer(user_id, False, timezone)
+
+
 async def payer_of(session: AsyncSession, conversation_id: uuid.UUID) -> Payer | None:
     found = (
         await session.execute(
@@ -57,9 +66,7 @@ async def payer_of(session: AsyncSession, conversation_id: uuid.UUID) -> Payer |
     if found is None:
         return None
     kind, user_id, timezone = found
-    if kind == ConversationKind.GROUP or user_id is None:
-        return Payer(conversation_id, True, "UTC")
-    return Payer(user_id, False, timezone or "UTC")
+    return payer_for(conversation_id, user_id, kind == ConversationKind.GROUP, timezone or "UTC")
 
 
 async def charge(
