@@ -117,6 +117,19 @@ async def _redis(url: str) -> Finding:
 
 async def _model(settings: Settings) -> Finding:
     if settings.llm_provider is LLMProviderName.OFFLINE:
+        half_set = [
+            f"PARLEY_{name.upper()}"
+            for name in ("llm_base_url", "llm_model", "llm_api_key")
+            if name in settings.model_fields_set
+        ]
+        if half_set:
+            # Easy to miss: a model set up without its provider runs the stand-in.
+            return Finding(
+                "model",
+                False,
+                f"{' and '.join(half_set)} set, but PARLEY_LLM_PROVIDER is not, so the offline "
+                "stand-in answers: set PARLEY_LLM_PROVIDER=openai or anthropic",
+            )
         return Finding(
             "model",
             True,

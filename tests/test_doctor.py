@@ -148,6 +148,22 @@ async def test_a_bad_setting_is_one_failed_line(tmp_path: Path) -> None:
     assert "PARLEY_WEBCHAT_POLICY" in out or "webchat_policy" in out
 
 
+async def test_a_model_set_up_without_its_provider_is_named(tmp_path: Path) -> None:
+    # The trap an operator fell into: a base URL and a model, no provider, and the
+    # offline stand-in answering as if nothing were wrong.
+    env = parley_env(
+        data_dir=str(tmp_path / "data"),
+        llm_base_url="http://127.0.0.1:9/v1",
+        llm_model="llama3.1",
+    )
+    code, out = await parley_output("doctor", env=env)
+
+    assert code == 1, out
+    model = _lines(out)["model"]
+    assert model.startswith("✗ PARLEY_LLM_BASE_URL and PARLEY_LLM_MODEL set, but"), out
+    assert "PARLEY_LLM_PROVIDER=openai" in model
+
+
 async def test_telegram_webhook_commands_register_show_and_remove_it(
     tmp_path: Path, llm: FakeLLM
 ) -> None:
