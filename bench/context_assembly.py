@@ -443,6 +443,10 @@ class CapturingLLM:
     name = "capture"
     model = "capture"
     offers_tools = True  # as the real model it stands in for; it never calls one
+    sees_images = False
+
+    def image_tokens(self, width: int, height: int) -> int:
+        return 0
 
     def __init__(self) -> None:
         self.prompts: list[Prompt] = []

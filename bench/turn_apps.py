@@ -37,6 +37,10 @@ class ZeroLatencyLLM:
     name = "zero-latency"
     model = "zero-latency"
     offers_tools = True  # as the real model it stands in for; it never calls one
+    sees_images = False
+
+    def image_tokens(self, width: int, height: int) -> int:
+        return 0
 
     async def stream(self, prompt: Prompt) -> AsyncIterator[str]:
         yield REPLY

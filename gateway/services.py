@@ -156,6 +156,7 @@ class Services:
                 # A provider whose model calls no tools (offline): its turns are
                 # neither offered them nor told of them.
                 settings.llm_max_tool_calls if llm.offers_tools else 0,
+                settings.media_images_in_prompt,
             ),
             outbox=outbox,
             leases=ConversationLeases(
@@ -171,6 +172,7 @@ class Services:
                 repos.lookups,
                 clock,
             ),
+            images=repos.attachments,
             budgets=budgets,
         )
         firings = Firings(

@@ -217,6 +217,12 @@ class Settings(BaseSettings):
     """Required for `anthropic`."""
     llm_model: str = "gpt-4o-mini"
     """Chat model."""
+    llm_vision: Literal["auto", "true", "false"] = "auto"
+    """Whether the model is shown images as themselves: `auto` (on for `openai` and
+    `anthropic`), `true` or `false` (told of them in words only)."""
+    media_images_in_prompt: int = Field(default=4, ge=0, le=20)
+    """How many of the live window's newest images a model that sees is shown; older
+    ones are told of in words."""
     summary_model: str | None = None
     """Model for archive summaries."""
     llm_timeout_seconds: float = Field(default=60.0, gt=0)
@@ -584,6 +590,11 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def sees_images(self) -> bool:
+        """Whether the configured model is shown images (PARLEY_LLM_VISION)."""
+        return self.llm_vision != "false" and self.llm_provider is not LLMProviderName.OFFLINE
 
     @property
     def resolved_llm_base_url(self) -> str:

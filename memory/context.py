@@ -142,6 +142,8 @@ class LiveRendering:
         self.group = group
         self._source: tuple[StoredMessage, ...] = ()
         self._turns: list[ChatTurn] = []
+        # The message behind each turn, where it has files (None where it has none).
+        self._media: list[int | None] = []
         # Tokens of the turns before each index (`_before[i]`: of turns[:i]).
         self._before = [0]
         self._previous: datetime | None = None
@@ -157,13 +159,14 @@ class LiveRendering:
         outdated = last is not None and any(s is not None and s <= last for s in commands)
         if outdated or live[:kept] != self._source:
             self._source, self._turns, self._before, self._previous = (), [], [0], None
+            self._media = []
             tail = live
-        turns, self._previous = _render(
-            dialogue(tail), zone(self.timezone), self.group, self._previous
-        )
+        said = dialogue(tail)
+        turns, self._previous = _render(said, zone(self.timezone), self.group, self._previous)
         for turn in turns:
             self._before.append(self._before[-1] + message_tokens(turn.content))
         self._turns += turns
+        self._media += [message.id if message.media else None for message in said]
         self._source = live
 
     def fit(self, budget: int) -> tuple[list[ChatTurn], int]:
@@ -178,6 +181,16 @@ class LiveRendering:
         while start < count - 1 and self._turns[start].role == "assistant":
             start += 1  # chat APIs expect the dialogue to open with the user
         return self._turns[start:], total - self._before[start]
+
+    def with_media(self, count: int) -> list[tuple[int, int]]:
+        """Of the newest `count` turns, those whose message has files, newest first:
+        (the turn's index among those `count`, the message's id)."""
+        start = len(self._turns) - count
+        return [
+            (index - start, message_id)
+            for index in range(len(self._turns) - 1, start - 1, -1)
+            if (message_id := self._media[index]) is not None
+        ]
 
 
 def fit_to_budget(

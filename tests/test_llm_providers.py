@@ -11,12 +11,13 @@ from pydantic import SecretStr
 
 from gateway.errors import LLMUnavailable
 from gateway.llm import ChatTurn, LLMProvider, Prompt, build_provider, complete
-from gateway.llm.anthropic import OPENING_TURN, anthropic_messages
+from gateway.llm.anthropic import OPENING_TURN, anthropic_image_tokens, anthropic_messages
 from gateway.llm.base import Usage
 from gateway.llm.http import MAX_WAIT_SECONDS, TAIL_SECONDS, RetryPolicy
 from gateway.llm.offline import OfflineProvider
-from gateway.llm.openai import OpenAIProvider
+from gateway.llm.openai import OpenAIProvider, openai_image_tokens
 from gateway.settings import LLMProviderName, Settings
+from memory.chat_turn import ImagePart
 from tests.fakes.llm_server import Fail, FailMidStream, FakeLLM, Hang, Reply, fake_llm
 from tests.support.providers import KEY, Kind, provider
 
@@ -128,6 +129,45 @@ def test_anthropic_messages_alternate_and_open_with_the_user() -> None:
         {"role": "assistant", "content": "a1\n\na2"},
         {"role": "user", "content": "u1\n\nu2"},
     ]
+
+
+def test_anthropic_images_go_as_base64_blocks_before_their_words() -> None:
+    photo = ImagePart("image/jpeg", b"\xff\xd8jpeg", 800, 600)
+    turns = (
+        ChatTurn("user", "first"),
+        ChatTurn("user", "look\n[image 800×600, not described]", images=(photo,)),
+        ChatTurn("user", "", images=(photo,)),  # a photo sent without words
+    )
+    block = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9hqcGVn"},
+    }
+
+    assert anthropic_messages(turns, images=True) == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "first"},
+                block,
+                {"type": "text", "text": "look\n[image 800×600, not described]"},
+                block,
+            ],
+        }
+    ]
+    # A model that does not see gets the words only.
+    assert anthropic_messages(turns) == [
+        {"role": "user", "content": "first\n\nlook\n[image 800×600, not described]"}
+    ]
+
+
+def test_image_tokens_follow_each_providers_own_count() -> None:
+    # OpenAI's published examples: 1024² is 4 tiles, 2048×4096 is fitted to 768×1536.
+    assert openai_image_tokens(1024, 1024) == 765
+    assert openai_image_tokens(2048, 4096) == 1105
+    assert openai_image_tokens(100, 100) == 255
+    # Anthropic: pixels / 750, and no image costs more than about 1,600.
+    assert anthropic_image_tokens(1000, 1000) == 1334
+    assert anthropic_image_tokens(1568, 1176) == 1600
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])

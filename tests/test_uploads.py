@@ -7,6 +7,7 @@ leaves none."""
 
 from __future__ import annotations
 
+import base64
 import io
 import struct
 import zlib
@@ -86,6 +87,25 @@ def _kept(data: bytes) -> Image.Image:
     return image
 
 
+def _shown(part: dict[str, Any]) -> Image.Image:
+    """The image an OpenAI `image_url` part carries in its data URL."""
+    assert part["type"] == "image_url"
+    head, data = part["image_url"]["url"].split(",", 1)
+    assert head in ("data:image/jpeg;base64", "data:image/png;base64")
+    return Image.open(io.BytesIO(base64.b64decode(data)))
+
+
+def _images_asked(llm: FakeLLM) -> list[tuple[int, tuple[int, int]]]:
+    """In the last request: each image shown, as (its message's index, its size)."""
+    return [
+        (index, _shown(part).size)
+        for index, message in enumerate(llm.requests[-1]["messages"])
+        if isinstance(message["content"], list)
+        for part in message["content"]
+        if part["type"] == "image_url"
+    ]
+
+
 def _last_user_content(llm: FakeLLM) -> Any:
     return [m for m in llm.requests[-1]["messages"] if m["role"] == "user"][-1]["content"]
 
@@ -123,9 +143,17 @@ async def test_a_photo_is_kept_without_its_location_and_the_model_is_told_of_it(
     }
     assert sent.status_code == 200, sent.text
     assert sent.json()["reply"]["role"] == "assistant"
-    assert asked.endswith("what is this?\n[image 80×120, not described]")
+    # The model sees (an OpenAI-compatible one does unless told otherwise): the words
+    # about the image, then the image itself, as it was kept.
+    text, image = asked
+    assert text["text"].endswith("what is this?\n[image 80×120, not described]")
+    seen = _shown(image)
+    assert seen.size == (80, 120)
+    assert len(seen.getexif()) == 0
     assert captionless.status_code == 200, captionless.text
-    assert bare_asked == "[image 120×80, not described]"
+    bare_text, bare_image = bare_asked
+    assert bare_text == {"type": "text", "text": "[image 120×80, not described]"}
+    assert _shown(bare_image).size == (120, 80)
     with_file = [m for m in messages if m["attachments"]]
     assert [m["text"] for m in with_file] == ["what is this?", ""]
     [shown] = with_file[0]["attachments"]
@@ -139,6 +167,32 @@ async def test_a_photo_is_kept_without_its_location_and_the_model_is_told_of_it(
     assert b"PhoneMaker" not in download.content
     assert unknown.status_code == 404
     assert anonymous.status_code == 401
+
+
+async def test_a_model_that_sees_is_shown_the_newest_images_and_one_that_does_not_is_told(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    sizes = [(60, 40), (70, 40), (80, 40)]
+    settings = make_settings(database_url, tmp_path, llm, media_images_in_prompt=2)
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        for number, (width, height) in enumerate(sizes):
+            upload = await _upload(gw, token, _photo(width, height))
+            await _send(gw, token, f"photo {number}", [upload.json()["attachment_id"]])
+        shown = _images_asked(llm)
+        words = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+    blind = make_settings(database_url, tmp_path / "blind", llm, llm_vision="false")
+    async with running_gateway(blind) as gw:
+        token, _ = await gw.visitor()
+        upload = await _upload(gw, token, _photo())
+        await _send(gw, token, "and this?", [upload.json()["attachment_id"]])
+        blind_asked = _last_user_content(llm)
+
+    # The newest two, each after the words of its own message; the oldest in words only.
+    assert [size for _, size in shown] == [(70, 40), (80, 40)]
+    assert words[-3].endswith("photo 0\n[image 60×40, not described]")
+    assert all(isinstance(content, list) for content in words[-2:])
+    assert blind_asked.endswith("and this?\n[image 120×80, not described]")
 
 
 async def test_a_large_image_is_kept_at_1568_px_and_transparency_stays(

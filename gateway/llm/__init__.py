@@ -49,6 +49,7 @@ class _HTTPOptions(TypedDict):
     timeout: float
     max_retries: int
     retry_base_seconds: float
+    sees_images: bool
 
 
 def build_provider(settings: Settings, on_usage: UsageSink | None = None) -> LLMProvider:
@@ -93,4 +94,5 @@ def _http_options(settings: Settings) -> _HTTPOptions:
         "timeout": settings.llm_timeout_seconds,
         "max_retries": settings.llm_max_retries,
         "retry_base_seconds": settings.llm_retry_base_seconds,
+        "sees_images": settings.sees_images,
     }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 from typing import Any
 
 from gateway.llm.base import Prompt, Tool, ToolCall, ToolStep, Usage
@@ -14,7 +16,7 @@ from gateway.llm.http import (
     error_message,
     parse_json,
 )
-from memory.chat_turn import ChatTurn
+from memory.chat_turn import ChatTurn, ImagePart
 
 API_VERSION = "2023-06-01"
 OPENING_TURN = "(conversation continues)"
@@ -43,7 +45,9 @@ class AnthropicProvider(HTTPProvider):
         body: dict[str, Any] = {
             "model": prompt.model or self.model,
             "max_tokens": prompt.max_tokens,
-            "messages": with_steps(anthropic_messages(prompt.turns), prompt.steps),
+            "messages": with_steps(
+                anthropic_messages(prompt.turns, images=self.sees_images), prompt.steps
+            ),
             "stream": True,
         }
         if prompt.system:  # the API refuses an empty text block
@@ -55,6 +59,15 @@ class AnthropicProvider(HTTPProvider):
             body["tools"] = [_tool(tool) for tool in prompt.tools]
         return body
 
+    def image_tokens(self, width: int, height: int) -> int:
+        return anthropic_image_tokens(width, height)
+
+
+def anthropic_image_tokens(width: int, height: int) -> int:
+    """Anthropic's count: one token per 750 pixels, and an image past about 1,600 tokens
+    is scaled down to that by the API itself."""
+    return min(math.ceil(width * height / 750), 1600)
+
 
 def _tool(tool: Tool) -> dict[str, Any]:
     return {
@@ -64,22 +77,43 @@ def _tool(tool: Tool) -> dict[str, Any]:
     }
 
 
-def anthropic_messages(turns: tuple[ChatTurn, ...]) -> list[dict[str, str]]:
-    """Turns as the API accepts them: roles alternate and the first one is the user's."""
-    messages: list[dict[str, str]] = []
+def anthropic_messages(
+    turns: tuple[ChatTurn, ...], *, images: bool = False
+) -> list[dict[str, Any]]:
+    """Turns as the API accepts them: roles alternate and the first one is the user's;
+    with `images`, a turn's images go as image blocks before its text."""
+    messages: list[dict[str, Any]] = []
     for turn in turns:
-        if not turn.content.strip():
+        if not turn.content.strip() and not (images and turn.images):
             continue  # the API refuses empty content
-        if messages and messages[-1]["role"] == turn.role:
-            messages[-1]["content"] += "\n\n" + turn.content
+        content: str | list[dict[str, Any]] = turn.content
+        if images and turn.images:
+            content = [*map(_image_block, turn.images), *_text_blocks(turn.content)]
+        if not messages or messages[-1]["role"] != turn.role:
+            messages.append({"role": turn.role, "content": content})
+        elif isinstance(content, str) and isinstance(messages[-1]["content"], str):
+            messages[-1]["content"] += "\n\n" + content
         else:
-            messages.append({"role": turn.role, "content": turn.content})
+            messages[-1]["content"] = [*_blocks(messages[-1]["content"]), *_blocks(content)]
     if not messages or messages[0]["role"] != "user":
         messages.insert(0, {"role": "user", "content": OPENING_TURN})
     return messages
 
 
-def with_steps(messages: list[dict[str, str]], steps: tuple[ToolStep, ...]) -> list[dict[str, Any]]:
+def _image_block(image: ImagePart) -> dict[str, Any]:
+    data = base64.b64encode(image.data).decode()
+    return {"type": "image", "source": {"type": "base64", "media_type": image.mime, "data": data}}
+
+
+def _text_blocks(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}] if text.strip() else []
+
+
+def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return _text_blocks(content) if isinstance(content, str) else content
+
+
+def with_steps(messages: list[dict[str, Any]], steps: tuple[ToolStep, ...]) -> list[dict[str, Any]]:
     """`messages` (as `anthropic_messages` makes them), then each step: the assistant's
     calls, and the user's message of what they returned. A message of the same role as
     the one before it joins it, as turns do, so roles keep alternating."""

@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memory.chat_turn import ChatTurn
+from memory.chat_turn import ChatTurn, ImagePart
 from memory.model_usage import Usage
 
 __all__ = [
     "MAX_NAME_CHARS",
     "ChatTurn",
+    "ImagePart",
     "LLMProvider",
     "Piece",
     "Prompt",
@@ -89,6 +90,13 @@ class LLMProvider(Protocol):
     # Whether its model can call tools: a turn offers the recall tools, and tells of
     # them in its system prompt, only then.
     offers_tools: bool
+    # Whether its model is shown images as themselves (PARLEY_LLM_VISION); a model
+    # that is not is told of them in words only.
+    sees_images: bool
+
+    def image_tokens(self, width: int, height: int) -> int:
+        """What an image of this size costs a prompt, by the provider's own formula."""
+        ...
 
     def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
         """Yield the reply's text as it arrives, then the tool calls the model asked for

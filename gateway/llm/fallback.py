@@ -31,6 +31,13 @@ class ModelChain:
         self.model = main.model
         # A turn offers tools only if every model it may end on can take them.
         self.offers_tools = all(model.offers_tools for model in self.models)
+        # Images are shown if the main model sees; a fallback that does not is sent
+        # the words about them only (its provider leaves the images out).
+        self.sees_images = main.sees_images
+
+    def image_tokens(self, width: int, height: int) -> int:
+        # Room for the dearest of the models that would be shown them.
+        return max(m.image_tokens(width, height) for m in self.models if m.sees_images)
 
     async def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
         failure: LLMError | None = None

@@ -364,9 +364,11 @@ class HTTPProvider:
         timeout: float,
         max_retries: int,
         retry_base_seconds: float,
+        sees_images: bool = True,
         on_usage: UsageSink | None = None,
     ) -> None:
         self._url = f"{base_url.rstrip('/')}{self.path}"
+        self.sees_images = sees_images
         self._on_usage = on_usage
         self._api_key = api_key
         self.model = model
@@ -386,4 +388,7 @@ class HTTPProvider:
         raise NotImplementedError
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def image_tokens(self, width: int, height: int) -> int:
         raise NotImplementedError

@@ -14,6 +14,10 @@ class OfflineProvider:
     name = OFFLINE
     model = OFFLINE
     offers_tools = False
+    sees_images = False
+
+    def image_tokens(self, width: int, height: int) -> int:
+        return 0
 
     async def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
         # The reply is text only, whatever `prompt.tools` holds.

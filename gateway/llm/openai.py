@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import math
 from typing import Any
 
-from gateway.llm.base import Prompt, Tool, ToolCall, ToolStep, Usage
+from gateway.llm.base import ChatTurn, Prompt, Tool, ToolCall, ToolStep, Usage
 from gateway.llm.http import (
     CallAssembler,
     HTTPProvider,
@@ -32,7 +34,7 @@ class OpenAIProvider(HTTPProvider):
         # The system prompt goes first and byte-identical every turn: automatic prompt
         # caching only matches an unchanged prefix.
         messages: list[dict[str, Any]] = [{"role": "system", "content": prompt.system}]
-        messages += [{"role": turn.role, "content": turn.content} for turn in prompt.turns]
+        messages += [self._message(turn) for turn in prompt.turns]
         for step in prompt.steps:
             messages += _step_messages(step)
         body: dict[str, Any] = {
@@ -45,6 +47,29 @@ class OpenAIProvider(HTTPProvider):
         if prompt.tools:
             body["tools"] = [_tool(tool) for tool in prompt.tools]
         return body
+
+    def _message(self, turn: ChatTurn) -> dict[str, Any]:
+        if not (turn.images and self.sees_images):
+            return {"role": turn.role, "content": turn.content}
+        parts: list[dict[str, Any]] = [{"type": "text", "text": turn.content}]
+        for image in turn.images:
+            url = f"data:{image.mime};base64,{base64.b64encode(image.data).decode()}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        return {"role": turn.role, "content": parts}
+
+    def image_tokens(self, width: int, height: int) -> int:
+        return openai_image_tokens(width, height)
+
+
+def openai_image_tokens(width: int, height: int) -> int:
+    """OpenAI's count for an image at full detail: fitted in 2048 px, its shorter side
+    brought down to 768, then 170 a 512 px tile and 85 besides."""
+    if width <= 0 or height <= 0:
+        return 85
+    fitted = min(1.0, 2048 / max(width, height))
+    scale = fitted * min(1.0, 768 / (min(width, height) * fitted))
+    tiles = math.ceil(width * scale / 512) * math.ceil(height * scale / 512)
+    return 85 + 170 * tiles
 
 
 def _tool(tool: Tool) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -21,7 +21,7 @@ from gateway.clock import Clock
 from gateway.errors import LLMError
 from gateway.events.hub import DeltaEvent, Hub, Typing
 from gateway.llm import LLMProvider, Prompt
-from gateway.llm.base import Tool, ToolCall, ToolStep, Usage
+from gateway.llm.base import ChatTurn, ImagePart, Tool, ToolCall, ToolStep, Usage
 from gateway.llm.fallback import asked_of, models_of
 from gateway.llm.offline import OFFLINE
 from gateway.metrics import Metrics
@@ -37,9 +37,10 @@ from gateway.turns.steps import (
     tools_tokens,
 )
 from memory.archive.reads import ChunkView
-from memory.context import clock_context, render_timeline, system_prompt
+from memory.context import LiveRendering, clock_context, render_timeline, system_prompt
 from memory.provenance import NOTICE_SOURCE, is_firing
 from memory.recall import Scope
+from memory.storage.attachments import StoredImage
 from memory.storage.conversations import Conversations, TurnState
 from memory.storage.lookups import NewLookup
 from memory.storage.messages import StoredMessage
@@ -82,6 +83,14 @@ class TurnLimits:
     max_reply_tokens: int
     # Recall tool calls a turn may make (0: no tools offered).
     max_tool_calls: int = 0
+    # The live window's newest images a model that sees is shown (0: none).
+    images_in_prompt: int = 0
+
+
+class ImageSource(Protocol):
+    async def images_of(self, message_ids: Sequence[int], limit: int) -> list[StoredImage]:
+        """The newest `limit` images of the messages, newest first."""
+        ...
 
 
 class Recalling(Protocol):
@@ -125,6 +134,7 @@ class Answerer:
         conversations: Conversations,
         metrics: Metrics,
         recall: Recalling | None,
+        images: ImageSource | None = None,
         renderings: KeptRenderings | None = None,
     ) -> None:
         self._llm = llm
@@ -140,6 +150,8 @@ class Answerer:
         self._metrics = metrics
         self._recall = recall if limits.max_tool_calls > 0 else None
         self._renderings = renderings if renderings is not None else KeptRenderings()
+        shown = limits.images_in_prompt > 0 and llm.sees_images
+        self._images = images if shown else None
 
     def forget(self, conversation_id: uuid.UUID) -> None:
         """Drop what is kept rendered of the conversation."""
@@ -172,11 +184,13 @@ class Answerer:
         system = system_prompt(persona, clock, rows, profile)
         tools = () if self._recall is None else self._recall.tools
         budget = window - message_tokens(system) - tools_tokens(tools) - kept
-        turns, turns_tokens = self._renderings.render(state).fit(budget)
+        rendering = self._renderings.render(state)
+        turns, turns_tokens = rendering.fit(budget)
+        turns, images_tokens = await self._with_images(rendering, turns, budget - turns_tokens)
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
         # The system and live turns' tokens, counted once: every call's prompt starts
         # with them.
-        known = _Known(message_tokens(system) + turns_tokens, len(turns))
+        known = _Known(message_tokens(system) + turns_tokens + images_tokens, len(turns))
         # What the live messages leave is the rounds' too (less than kept only when the
         # newest message alone outgrew its share).
         room = window - _size(prompt, known)
@@ -201,6 +215,31 @@ class Answerer:
         if fired and self._llm.name == OFFLINE:
             return replace(answer, text="\n\n".join([*fired, answer.text]))
         return answer
+
+    async def _with_images(
+        self, rendering: LiveRendering, turns: list[ChatTurn], room: int
+    ) -> tuple[list[ChatTurn], int]:
+        """`turns` with the newest images of their messages shown (a model that sees),
+        as many as `room` tokens hold, and what those images cost."""
+        media = rendering.with_media(len(turns)) if self._images is not None else []
+        if not media or self._images is None:
+            return turns, 0
+        index_of = {message_id: index for index, message_id in media}
+        found = await self._images.images_of(list(index_of), self._limits.images_in_prompt)
+        shown: dict[int, list[ImagePart]] = {}
+        spent = 0
+        for image in found:  # newest first: the oldest are the ones left out
+            cost = self._llm.image_tokens(image.width, image.height)
+            if spent + cost > room:
+                break
+            spent += cost
+            part = ImagePart(image.mime, image.data, image.width, image.height)
+            shown.setdefault(image.message_id, []).insert(0, part)
+        turns = list(turns)
+        for message_id, parts in shown.items():
+            index = index_of[message_id]
+            turns[index] = replace(turns[index], images=tuple(parts))
+        return turns, spent
 
     async def _generate(
         self,

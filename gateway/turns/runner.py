@@ -25,7 +25,14 @@ from gateway.events.hub import Hub
 from gateway.llm import LLMProvider
 from gateway.metrics import Metrics
 from gateway.tasks import finish_or_cancel
-from gateway.turns.answering import Answer, Answerer, Recalling, TurnContext, TurnLimits
+from gateway.turns.answering import (
+    Answer,
+    Answerer,
+    ImageSource,
+    Recalling,
+    TurnContext,
+    TurnLimits,
+)
 from gateway.turns.budget import BUDGET_NOTICE, Budgets, Verdict
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.presence import NO_PREVIEW, Preview
@@ -111,6 +118,7 @@ class TurnRunner:
         presence: Presence | None = None,
         metrics: Metrics | None = None,
         recall: Recalling | None = None,
+        images: ImageSource | None = None,
         budgets: Budgets | None = None,
         concurrency: int = 2,
     ) -> None:
@@ -130,6 +138,7 @@ class TurnRunner:
             conversations=conversations,
             metrics=self._metrics,
             recall=recall,
+            images=images,
         )
         self._outbox = outbox
         self._leases = leases

@@ -49,6 +49,17 @@ class AttachmentView:
     text: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class StoredImage:
+    """An image ready to be shown to a model, bytes and all."""
+
+    message_id: int
+    mime: str
+    width: int
+    height: int
+    data: bytes
+
+
 # An `AttachmentView`'s fields, as columns (never the bytes).
 _VIEW_COLUMNS = (
     Attachment.id,
@@ -138,6 +149,32 @@ class Attachments:
             for row in rows:
                 found.setdefault(int(row.message_id or 0), []).append(_view(row))
         return found
+
+    async def images_of(self, message_ids: Sequence[int], limit: int) -> list[StoredImage]:
+        """The newest `limit` images ready among the messages', newest first."""
+        if not message_ids or limit <= 0:
+            return []
+        async with self._sessions() as session:
+            rows = await session.execute(
+                select(
+                    Attachment.message_id,
+                    Attachment.mime,
+                    Attachment.width,
+                    Attachment.height,
+                    Attachment.data,
+                )
+                .where(
+                    Attachment.message_id.in_(message_ids),
+                    Attachment.kind == AttachmentKind.IMAGE,
+                    Attachment.state == AttachmentState.READY,
+                )
+                .order_by(Attachment.message_id.desc(), Attachment.id.desc())
+                .limit(limit)
+            )
+            return [
+                StoredImage(int(r.message_id), r.mime, r.width or 0, r.height or 0, r.data)
+                for r in rows
+            ]
 
     async def content(self, attachment_id: int) -> tuple[AttachmentView, bytes] | None:
         async with self._sessions() as session:
