@@ -18,10 +18,12 @@ import httpx
 from PIL import ExifTags, Image
 from sqlalchemy import func, select
 
+from gateway.jobs.memory_jobs import DESCRIBE_SYSTEM
+from gateway.jobs.queue import EmbeddedQueue
 from gateway.media.images import LONGEST_SIDE
 from memory.storage.engine import session_factory
 from memory.storage.models import Attachment
-from tests.fakes.llm_server import FakeLLM
+from tests.fakes.llm_server import FakeLLM, Reply
 from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, running_gateway
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -190,9 +192,54 @@ async def test_a_model_that_sees_is_shown_the_newest_images_and_one_that_does_no
 
     # The newest two, each after the words of its own message; the oldest in words only.
     assert [size for _, size in shown] == [(70, 40), (80, 40)]
-    assert words[-3].endswith("photo 0\n[image 60×40, not described]")
+    # (described by now, or not yet: the description is written beside the turns)
+    assert isinstance(words[-3], str)
+    assert "photo 0\n[image" in words[-3]
     assert all(isinstance(content, list) for content in words[-2:])
     assert blind_asked.endswith("and this?\n[image 120×80, not described]")
+
+
+async def test_an_image_the_model_saw_is_described_once_and_told_so_where_not_shown(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    def describing(body: dict[str, Any], _: int) -> Reply | None:
+        asked_to_describe = body["messages"][0]["content"] == DESCRIBE_SYSTEM
+        return Reply("A red square,   on white.\n") if asked_to_describe else None
+
+    llm.responder = describing
+    settings = make_settings(database_url, tmp_path, llm, media_images_in_prompt=1)
+    async with running_gateway(settings) as gw:
+        queue = gw.services.queue
+        assert isinstance(queue, EmbeddedQueue)
+        token, session = await gw.visitor()
+        first = (await _upload(gw, token, _photo())).json()["attachment_id"]
+        await _send(gw, token, "what is this?", [first])
+        await gw.services.runner.idle()
+        await queue.idle()
+        second = (await _upload(gw, token, _photo(60, 60))).json()["attachment_id"]
+        await _send(gw, token, "and this one?", [second])
+        # Only the newest image is shown now: the first is told by its description.
+        told = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+        await gw.services.runner.idle()
+        await queue.idle()
+        await gw.send(token, "thanks")
+        await gw.services.runner.idle()
+        await queue.idle()
+        url = f"/api/v1/sessions/{session}/messages"
+        messages = (await gw.http.get(url, headers=ADMIN)).json()["items"]
+
+    describing_requests = [
+        r for r in llm.requests if r["messages"][0]["content"] == DESCRIBE_SYSTEM
+    ]
+    # One request an image, each shown the image it describes, however many turns saw it.
+    assert [_shown(r["messages"][1]["content"][1]).size for r in describing_requests] == [
+        (120, 80),
+        (60, 60),
+    ]
+    assert told[-2].endswith("what is this?\n[image: A red square, on white.]")
+    assert isinstance(told[-1], list)  # the second image itself
+    texts = [a["text"] for m in messages for a in m["attachments"]]
+    assert texts == ["A red square, on white.", "A red square, on white."]
 
 
 async def test_a_large_image_is_kept_at_1568_px_and_transparency_stays(

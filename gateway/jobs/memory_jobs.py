@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from gateway.clock import Clock
 from gateway.llm import ChatTurn, LLMProvider, Prompt, Usage, complete_counted
+from gateway.llm.base import ImagePart
 from gateway.replicas.lease_keeper import hold, keep
 from gateway.settings import LLMProviderName, Settings
 from gateway.turns.answering import TurnContext
@@ -33,6 +34,7 @@ from memory.archive.upkeep import (
 )
 from memory.profile.profiles import Profiles
 from memory.profile.upkeep import TIDY, ProfileJobs
+from memory.storage.attachments import Attachments, ImageToDescribe
 from memory.storage.leases import LeaseLost, Leases
 from memory.storage.messages import Messages
 from memory.storage.models import UsageKind
@@ -48,6 +50,41 @@ Charge = Callable[[list[Usage]], Awaitable[None]]
 _charged: ContextVar[Charge | None] = ContextVar("charged", default=None)
 
 
+DESCRIBE = "describe"
+DESCRIBE_SYSTEM = (
+    "Describe the image for someone who cannot see it, in one or two plain sentences: "
+    "what it shows, and any words written in it. No preamble."
+)
+# What a description is cut to: it stands in for the image in every later prompt.
+DESCRIPTION_CHARS = 400
+
+
+async def _charge(usage: list[Usage]) -> None:
+    charge = _charged.get()
+    if usage and charge is not None:
+        await charge(usage)
+
+
+class Describer:
+    """Writes an image's description with a model that sees."""
+
+    def __init__(self, provider: LLMProvider, attachments: Attachments) -> None:
+        self._provider = provider
+        self.attachments = attachments
+
+    async def describe(self, found: ImageToDescribe) -> None:
+        image = found.image
+        shown = ImagePart(image.mime, image.data, image.width, image.height)
+        request = Prompt(
+            DESCRIBE_SYSTEM, (ChatTurn("user", "Describe this image.", images=(shown,)),), 200
+        )
+        text, usage = await complete_counted(self._provider, request)
+        await _charge(usage)
+        description = " ".join(text.split())[:DESCRIPTION_CHARS]
+        if description:
+            await self.attachments.describe(image.id, description)
+
+
 class ProviderTextModel:
     """A language model provider as the summariser's `TextModel`."""
 
@@ -58,9 +95,7 @@ class ProviderTextModel:
     async def complete(self, system: str, prompt: str, max_tokens: int) -> str:
         request = Prompt(system, (ChatTurn("user", prompt),), max_tokens, model=self._model)
         text, usage = await complete_counted(self._provider, request)
-        charge = _charged.get()
-        if usage and charge is not None:
-            await charge(usage)
+        await _charge(usage)
         return text
 
 
@@ -85,8 +120,11 @@ class MemoryJobs:
         lease: timedelta,
         ledger: UsageLedger | None = None,
         clock: Clock | None = None,
+        describer: Describer | None = None,
     ) -> None:
-        """`ledger`: where the jobs' model calls are charged (None: nowhere)."""
+        """`ledger`: where the jobs' model calls are charged (None: nowhere);
+        `describer`: None where no model sees images."""
+        self._describer = describer
         self._archive = archive
         self._profile = profile
         self._leases = leases
@@ -117,6 +155,18 @@ class MemoryJobs:
     async def tidy(self, user_id: uuid.UUID) -> None:
         with self._charged(user_id=user_id):
             await self._leased(f"{TIDY}:{user_id}", self._profile.tidy, user_id)
+
+    async def describe(self, attachment_id: int) -> None:
+        """Have a model that sees write an image's description, once (DESIGN §11): what
+        the image is told as where it is not shown (older messages, transcripts,
+        summaries, a model that does not see)."""
+        if self._describer is None:
+            return
+        found = await self._describer.attachments.to_describe(attachment_id)
+        if found is None:
+            return  # described already, gone, or not an image ready to be seen
+        with self._charged(conversation_id=found.conversation_id):
+            await self._leased(f"{DESCRIBE}:{attachment_id}", self._describer.describe, found)
 
     def _charged(
         self, *, conversation_id: uuid.UUID | None = None, user_id: uuid.UUID | None = None
@@ -158,6 +208,7 @@ JOBS: dict[str, Callable[[MemoryJobs, str], Awaitable[None]]] = {
     ROLLUP: lambda jobs, arg: jobs.rollup(uuid.UUID(arg)),
     EXTRACT: lambda jobs, arg: jobs.extract(int(arg)),
     TIDY: lambda jobs, arg: jobs.tidy(uuid.UUID(arg)),
+    DESCRIBE: lambda jobs, arg: jobs.describe(int(arg)),
 }
 
 
@@ -198,6 +249,7 @@ def build_jobs(
         timedelta(seconds=settings.job_lease_seconds),
         ledger=repos.usage,
         clock=clock,
+        describer=Describer(provider, repos.attachments) if provider.sees_images else None,
     )
 
 
@@ -258,7 +310,11 @@ class ArchiveMemory:
         # A group never sees a member's personal profile.
         return TurnContext(tuple(timeline), await self._profiles.of_conversation(conversation_id))
 
-    async def after_turn(self, conversation_id: uuid.UUID, live_tokens: int) -> None:
+    async def after_turn(
+        self, conversation_id: uuid.UUID, live_tokens: int, undescribed: tuple[int, ...] = ()
+    ) -> None:
+        for attachment_id in undescribed:
+            await self._enqueue(DESCRIBE, str(attachment_id), key=f"{DESCRIBE}:{attachment_id}")
         if live_tokens <= self._archive.limits.live_window_tokens:
             return  # the live window (a superset of what is unarchived) is within limits
         for chunk in await self._archive.cut(conversation_id, self._clock.now()):

@@ -118,6 +118,8 @@ class Answer:
     # What each model call of the turn took, as the servers counted (a turn that ended
     # in a notice may have spent some too).
     usage: tuple[Usage, ...] = ()
+    # Images the model was shown that have no description yet (one is written after).
+    undescribed: tuple[int, ...] = ()
 
 
 class Answerer:
@@ -186,7 +188,9 @@ class Answerer:
         budget = window - message_tokens(system) - tools_tokens(tools) - kept
         rendering = self._renderings.render(state)
         turns, turns_tokens = rendering.fit(budget)
-        turns, images_tokens = await self._with_images(rendering, turns, budget - turns_tokens)
+        turns, images_tokens, undescribed = await self._with_images(
+            rendering, turns, budget - turns_tokens
+        )
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
         # The system and live turns' tokens, counted once: every call's prompt starts
         # with them.
@@ -214,32 +218,36 @@ class Answerer:
             return Answer(MODEL_DOWN_NOTICE, Role.EVENT, NOTICE_SOURCE, usage=usage)
         if fired and self._llm.name == OFFLINE:
             return replace(answer, text="\n\n".join([*fired, answer.text]))
-        return answer
+        return replace(answer, undescribed=undescribed)
 
     async def _with_images(
         self, rendering: LiveRendering, turns: list[ChatTurn], room: int
-    ) -> tuple[list[ChatTurn], int]:
+    ) -> tuple[list[ChatTurn], int, tuple[int, ...]]:
         """`turns` with the newest images of their messages shown (a model that sees),
-        as many as `room` tokens hold, and what those images cost."""
+        as many as `room` tokens hold; what those images cost, and which of them are
+        not described yet."""
         media = rendering.with_media(len(turns)) if self._images is not None else []
         if not media or self._images is None:
-            return turns, 0
+            return turns, 0, ()
         index_of = {message_id: index for index, message_id in media}
         found = await self._images.images_of(list(index_of), self._limits.images_in_prompt)
         shown: dict[int, list[ImagePart]] = {}
+        undescribed: list[int] = []
         spent = 0
         for image in found:  # newest first: the oldest are the ones left out
             cost = self._llm.image_tokens(image.width, image.height)
             if spent + cost > room:
                 break
             spent += cost
+            if not image.described:
+                undescribed.append(image.id)
             part = ImagePart(image.mime, image.data, image.width, image.height)
             shown.setdefault(image.message_id, []).insert(0, part)
         turns = list(turns)
         for message_id, parts in shown.items():
             index = index_of[message_id]
             turns[index] = replace(turns[index], images=tuple(parts))
-        return turns, spent
+        return turns, spent, tuple(undescribed)
 
     async def _generate(
         self,

@@ -86,9 +86,12 @@ class TurnMemory(Protocol):
         """Apply finished archive work; return the timeline rows and the profile."""
         ...
 
-    async def after_turn(self, conversation_id: uuid.UUID, live_tokens: int) -> None:
+    async def after_turn(
+        self, conversation_id: uuid.UUID, live_tokens: int, undescribed: tuple[int, ...] = ()
+    ) -> None:
         """Cut chunks if the live window (`live_tokens` after the reply) outgrew its
-        limit; never waits for summaries."""
+        limit; have the images the model was shown and that are `undescribed` described;
+        never waits for either."""
         ...
 
 
@@ -96,7 +99,9 @@ class NoMemory:
     async def before_turn(self, conversation_id: uuid.UUID) -> TurnContext:
         return TurnContext()
 
-    async def after_turn(self, conversation_id: uuid.UUID, live_tokens: int) -> None:
+    async def after_turn(
+        self, conversation_id: uuid.UUID, live_tokens: int, undescribed: tuple[int, ...] = ()
+    ) -> None:
         return None
 
 
@@ -336,7 +341,7 @@ class TurnRunner:
         self._metrics.turns.labels("model" if answer.role is Role.ASSISTANT else "notice").inc()
         self._metrics.turn_seconds.observe(time.monotonic() - started)
         self._metrics.live_window_tokens.observe(live_tokens)
-        await self._memory.after_turn(state.conversation_id, live_tokens)
+        await self._memory.after_turn(state.conversation_id, live_tokens, answer.undescribed)
         return count < len(is_command)
 
     async def _spent(self, state: TurnState, trigger: StoredMessage, verdict: Verdict) -> None:

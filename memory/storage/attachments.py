@@ -12,12 +12,19 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
-from memory.storage.models import Attachment, AttachmentKind, AttachmentState
+from memory.storage.models import (
+    Attachment,
+    AttachmentKind,
+    AttachmentState,
+    Conversation,
+    Message,
+)
 
 
 class UploadNotFound(LookupError):
@@ -53,11 +60,19 @@ class AttachmentView:
 class StoredImage:
     """An image ready to be shown to a model, bytes and all."""
 
+    id: int
     message_id: int
     mime: str
     width: int
     height: int
     data: bytes
+    described: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ImageToDescribe:
+    conversation_id: uuid.UUID
+    image: StoredImage
 
 
 # An `AttachmentView`'s fields, as columns (never the bytes).
@@ -156,13 +171,7 @@ class Attachments:
             return []
         async with self._sessions() as session:
             rows = await session.execute(
-                select(
-                    Attachment.message_id,
-                    Attachment.mime,
-                    Attachment.width,
-                    Attachment.height,
-                    Attachment.data,
-                )
+                select(*_IMAGE_COLUMNS)
                 .where(
                     Attachment.message_id.in_(message_ids),
                     Attachment.kind == AttachmentKind.IMAGE,
@@ -171,15 +180,85 @@ class Attachments:
                 .order_by(Attachment.message_id.desc(), Attachment.id.desc())
                 .limit(limit)
             )
-            return [
-                StoredImage(int(r.message_id), r.mime, r.width or 0, r.height or 0, r.data)
-                for r in rows
-            ]
+            return [_image(row) for row in rows]
+
+    async def to_describe(self, attachment_id: int) -> ImageToDescribe | None:
+        """The image, if it is one, ready, sent with a message and not yet described."""
+        async with self._sessions() as session:
+            row = (
+                await session.execute(
+                    select(*_IMAGE_COLUMNS, Message.conversation_id)
+                    .join(Message, Message.id == Attachment.message_id)
+                    .where(
+                        Attachment.id == attachment_id,
+                        Attachment.kind == AttachmentKind.IMAGE,
+                        Attachment.state == AttachmentState.READY,
+                        Attachment.text.is_(None),
+                    )
+                )
+            ).one_or_none()
+        return None if row is None else ImageToDescribe(row.conversation_id, _image(row))
+
+    async def describe(self, attachment_id: int, description: str) -> bool:
+        """Keep an image's description, once, and tell its message's line of it: the
+        live window changed other than by an append, so kept windows are read again.
+        False if it was described already (or is gone)."""
+        async with self._sessions() as session, session.begin():
+            message_id = await session.scalar(
+                update(Attachment)
+                .where(Attachment.id == attachment_id, Attachment.text.is_(None))
+                .values(text=description)
+                .returning(Attachment.message_id)
+            )
+            if message_id is None:
+                return False
+            views = await session.execute(
+                select(*_VIEW_COLUMNS)
+                .where(Attachment.message_id == message_id)
+                .order_by(Attachment.id)
+            )
+            media = "\n".join(media_line(AttachmentView(**row._asdict())) for row in views)
+            conversation_id = await session.scalar(
+                update(Message)
+                .where(Message.id == message_id)
+                .values(media=media)
+                .returning(Message.conversation_id)
+            )
+            # As `live_window.bump_live_version` does (it cannot be imported here).
+            await session.execute(
+                update(Conversation)
+                .where(Conversation.id == conversation_id)
+                .values(live_version=Conversation.live_version + 1)
+            )
+        return True
 
     async def content(self, attachment_id: int) -> tuple[AttachmentView, bytes] | None:
         async with self._sessions() as session:
             row = await session.get(Attachment, attachment_id)
             return None if row is None else (_view(row), row.data)
+
+
+_IMAGE_COLUMNS = (
+    Attachment.id,
+    Attachment.message_id,
+    Attachment.mime,
+    Attachment.width,
+    Attachment.height,
+    Attachment.data,
+    Attachment.text,
+)
+
+
+def _image(row: Any) -> StoredImage:
+    return StoredImage(
+        row.id,
+        int(row.message_id),
+        row.mime,
+        row.width or 0,
+        row.height or 0,
+        row.data,
+        row.text is not None,
+    )
 
 
 def _view(row: Attachment) -> AttachmentView:
