@@ -69,7 +69,7 @@ from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.body_limit import UPLOADS_PATH
 from gateway.http.errors import validation_errors
 from gateway.http.slots import Slots
-from gateway.http.wire import MessageOut
+from gateway.http.wire import MessageOut, file_response
 from gateway.replicas.rate_limits import RateLimit
 from gateway.settings import TelegramMode
 from gateway.tasks import finish_or_cancel
@@ -143,6 +143,7 @@ __all__ = [
     "WhatsAppSettings",
     "clean",
     "close_fences",
+    "file_response",
     "finish_or_cancel",
     "full_jitter",
     "load_platform_json",

@@ -77,6 +77,7 @@ OPERATIONS = {
     "POST /webchat/messages",
     "GET /webchat/messages",
     "POST /webchat/uploads",
+    "GET /webchat/attachments/{attachment_id}",
 }
 
 
@@ -158,7 +159,7 @@ def test_openapi_operations_never_fail_on_the_server(server: FuzzServer) -> None
         bearer: dict[str, str] | None = None
         if operation.path.startswith("/api/"):
             bearer = {"authorization": f"Bearer {ADMIN_TOKEN}"}
-        elif operation.path in ("/webchat/messages", "/webchat/uploads"):
+        elif operation.path.startswith(("/webchat/messages", "/webchat/uploads", "/webchat/att")):
             bearer = {"authorization": f"Bearer {visitor.token}"}
         known = seeded_session if "{session_id}" in operation.path else None
         variants: list[tuple[GenerationMode, dict[str, str] | None, dict[str, str] | None, int]]

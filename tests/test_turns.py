@@ -37,6 +37,7 @@ async def test_message_gets_a_stored_reply(database_url: str, tmp_path: Path, ll
             "text": "hello there",
             "channel": "webchat",
             "created_at": None,
+            "attachments": [],
         }
         assert body["reply"]["seq"] == 2
         assert body["reply"]["role"] == "assistant"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import struct
 import zlib
 from pathlib import Path
@@ -24,7 +25,13 @@ from gateway.media.images import LONGEST_SIDE
 from memory.storage.engine import session_factory
 from memory.storage.models import Attachment
 from tests.fakes.llm_server import FakeLLM, Reply
-from tests.support.harness import ADMIN_TOKEN, Gateway, make_settings, running_gateway
+from tests.support.harness import (
+    ADMIN_TOKEN,
+    Gateway,
+    make_settings,
+    next_frame,
+    running_gateway,
+)
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 GPS = ExifTags.IFD.GPSInfo
@@ -72,6 +79,12 @@ async def _upload(
         "/webchat/uploads",
         files={"file": (name, data, mime)},
         headers={"Authorization": f"Bearer {token}"},
+    )
+
+
+async def _read(gw: Gateway, token: str, attachment_id: int) -> httpx.Response:
+    return await gw.http.get(
+        f"/webchat/attachments/{attachment_id}", headers={"Authorization": f"Bearer {token}"}
     )
 
 
@@ -303,14 +316,25 @@ async def test_bad_files_are_refused_with_their_reason_and_nothing_is_kept(
 async def test_only_the_uploader_can_attach_a_file_and_only_once(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    settings = make_settings(database_url, tmp_path, llm, webchat_uploads_per_minute=3)
+    # A model that does not see: no description is written while the test reads.
+    settings = make_settings(
+        database_url, tmp_path, llm, webchat_uploads_per_minute=3, llm_vision="false"
+    )
     async with running_gateway(settings) as gw:
         ana, _ = await gw.visitor()
         bo, _ = await gw.visitor()
         mine = (await _upload(gw, ana, _photo())).json()["attachment_id"]
         stolen = await _send(gw, bo, "look what I found", [mine])
         bo_history = await gw.history(bo)
+        bo_reads_unsent = await _read(gw, bo, mine)
+        ana_reads_unsent = await _read(gw, ana, mine)
         first = await _send(gw, ana, "my photo", [mine])
+        bo_reads_sent = await _read(gw, bo, mine)
+        bo_reads_nothing = await _read(gw, bo, mine + 1000)
+        ana_reads_sent = await _read(gw, ana, mine)
+        async with gw.socket(ana) as socket:
+            await socket.send(json.dumps({"type": "resume", "after_seq": 0}))
+            framed = await next_frame(socket, "message")
         again = await _send(gw, ana, "the same again", [mine])
         made_up = await _send(gw, ana, "and this", [mine + 1000])
         empty = await _send(gw, ana, "", [])
@@ -323,6 +347,29 @@ async def test_only_the_uploader_can_attach_a_file_and_only_once(
     assert "no such upload" in stolen.text
     assert bo_history == []  # nothing of Bo's was stored
     assert first.status_code == 200
+    # Ana reads her own file, before and after she sent it; Bo reads it neither way,
+    # and cannot tell it from a file that does not exist.
+    assert (ana_reads_unsent.status_code, ana_reads_sent.status_code) == (200, 200)
+    assert ana_reads_sent.content == ana_reads_unsent.content
+    assert _kept(ana_reads_sent.content).size == (120, 80)
+    assert ana_reads_sent.headers["content-disposition"].startswith("attachment;")
+    assert [bo_reads_unsent.status_code, bo_reads_sent.status_code] == [404, 404]
+    assert bo_reads_sent.json() == bo_reads_nothing.json()
+    # Her message says what it carries, in the reply to her POST, her history and
+    # her socket alike.
+    [carried] = first.json()["message"]["attachments"]
+    assert carried | {"bytes": 0} == {
+        "id": mine,
+        "kind": "image",
+        "mime": "image/jpeg",
+        "bytes": 0,
+        "state": "ready",
+        "text": None,
+        "width": 120,
+        "height": 80,
+    }
+    assert [m["attachments"] for m in ana_history if m["role"] == "user"] == [[carried]]
+    assert framed["attachments"] == [carried]
     assert [again.status_code, made_up.status_code, empty.status_code] == [422, 422, 422]
     assert [m["text"] for m in ana_history if m["role"] == "user"] == ["my photo"]
     assert too_many.status_code == 429

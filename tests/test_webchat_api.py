@@ -190,6 +190,7 @@ async def test_socket_acks_streams_and_delivers_the_reply(
         "text": reply,
         "channel": "webchat",
         "created_at": "",
+        "attachments": [],
     }
 
 

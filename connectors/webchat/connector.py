@@ -4,14 +4,15 @@
 # whose dependencies are local to `_router`.
 
 import html
+import pathlib
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import (
     APIRouter,
     Depends,
     Header,
+    Path,
     Query,
     Request,
     Response,
@@ -49,11 +50,13 @@ from gateway.sdk import (
     MessageOut,
     Outbound,
     Pace,
+    StoredMessage,
     WebchatSettings,
     clean,
+    file_response,
 )
 
-PAGE = Path(__file__).with_name("page.html")
+PAGE = pathlib.Path(__file__).with_name("page.html")
 DEMO = PAGE.with_name("demo.html")
 DEMO_CSS = PAGE.with_name("demo.css")
 PAGE_CSS = PAGE.with_name("page.css")
@@ -137,6 +140,10 @@ def _router(visitors: Visitors) -> APIRouter:
 
     VisitorId = Annotated[str, Depends(bearer)]
 
+    async def shown(messages: Sequence[StoredMessage]) -> list[MessageOut]:
+        files = await visitors.core.files_of(messages)
+        return [MessageOut.of(m, files.get(m.id, ())) for m in messages]
+
     async def visitor(visitor_id: VisitorId) -> Visitor:
         return await visitors.by_id(visitor_id)
 
@@ -174,20 +181,16 @@ def _router(visitors: Visitors) -> APIRouter:
         received = await visitors.submit(
             visitor_id, body.text, body.client_id, tuple(body.attachments)
         )
+        [sent] = await shown([received.message])
         try:
             reply = await visitors.core.reply_to(received, visitors.settings.reply_wait_seconds)
         except ConversationEnded as ended:
-            return ExchangeOut(
-                message=MessageOut.of(received.message), reply=None, notice=ended.notice
-            )
+            return ExchangeOut(message=sent, reply=None, notice=ended.notice)
         except LeftUnanswered:  # stored; no reply comes today (the day's tokens are spent)
-            return ExchangeOut(message=MessageOut.of(received.message), reply=None)
+            return ExchangeOut(message=sent, reply=None)
         if reply is None:
             response.status_code = status.HTTP_202_ACCEPTED
-        return ExchangeOut(
-            message=MessageOut.of(received.message),
-            reply=None if reply is None else MessageOut.of(reply),
-        )
+        return ExchangeOut(message=sent, reply=None if reply is None else MessageOut.of(reply))
 
     @router.post(
         UPLOADS_PATH,
@@ -239,7 +242,19 @@ def _router(visitors: Visitors) -> APIRouter:
             raise RequestValidationError(
                 [problem | {"msg": "give after_seq or before_seq, not both"}]
             )
-        return HistoryOut(messages=[MessageOut.of(m) for m in messages])
+        return HistoryOut(messages=await shown(messages))
+
+    @router.get(
+        "/webchat/attachments/{attachment_id}",
+        responses={200: {"content": {"application/octet-stream": {}}}, 404: {}},
+        response_class=Response,
+    )
+    async def attachment(
+        visitor: CurrentVisitor, attachment_id: Annotated[int, Path(ge=1, le=MAX_INT64)]
+    ) -> Response:
+        """A file the visitor uploaded, or one sent in their conversation, as a download;
+        404 for any other, whether or not it exists."""
+        return file_response(*await visitors.core.file_for(visitor.identity, attachment_id))
 
     @router.websocket("/webchat/ws")
     async def socket(websocket: WebSocket, token: str | None = None) -> None:

@@ -149,9 +149,9 @@ class _Outbox:
                 return
 
     async def _send_message(self, message: StoredMessage) -> None:
-        await self._ws.send_json(
-            {"type": "message", **MessageOut.of(message).model_dump(mode="json")}
-        )
+        files = await self._core.files_of([message])  # no query for a message without
+        shown = MessageOut.of(message, files.get(message.id, ()))
+        await self._ws.send_json({"type": "message", **shown.model_dump(mode="json")})
         self._sent_seq = message.seq
 
 

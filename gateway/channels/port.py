@@ -22,6 +22,7 @@ from gateway.clock import Clock
 from gateway.envelopes import ChatRef, Inbound, Outbound
 from gateway.events.hub import Event
 from gateway.replicas.rate_limits import RateLimit
+from memory.storage.attachments import AttachmentView
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Delivery
@@ -167,6 +168,17 @@ class Uploading(Protocol):
     async def upload(self, identity_id: uuid.UUID, file_name: str, data: bytes) -> Uploaded:
         """Read and keep `data` (decoded off the event loop); `MediaRefused` with the
         reason if it is not kept."""
+        ...
+
+    async def files_of(self, messages: Sequence[StoredMessage]) -> dict[int, list[AttachmentView]]:
+        """The files of those of `messages` that have any, by message id."""
+        ...
+
+    async def file_for(
+        self, identity: IdentityRef, attachment_id: int
+    ) -> tuple[AttachmentView, bytes]:
+        """A file the identity may read (its own upload, or one sent in its
+        conversation) and its bytes; `NotFound` otherwise, whether or not it exists."""
         ...
 
 

@@ -26,6 +26,7 @@ from gateway.errors import (
     InputError,
     LeftUnanswered,
     MediaRefused,
+    NotFound,
 )
 from gateway.events.hub import Ended, Event, Hub, Overflow, Stored
 from gateway.inbox.policy import AccessPolicy
@@ -35,7 +36,7 @@ from gateway.replicas.leader import Leader, Step
 from gateway.replicas.rate_limits import RateLimit, RateLimits
 from gateway.text import clean_inbound
 from gateway.turns.runner import TurnRunner
-from memory.storage.attachments import NewAttachment, UploadNotFound
+from memory.storage.attachments import AttachmentView, NewAttachment, UploadNotFound
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage
 from memory.storage.models import AttachmentKind, Delivery, Role
@@ -123,6 +124,20 @@ class Core:
         )
         self._metrics.uploads.labels(kept.kind.value).inc()
         return Uploaded(kept.id, kept.kind.value, kept.mime, kept.size, kept.width, kept.height)
+
+    async def files_of(self, messages: Sequence[StoredMessage]) -> dict[int, list[AttachmentView]]:
+        with_files = [message.id for message in messages if message.media]
+        return await self._attachments.of_messages(with_files) if with_files else {}
+
+    async def file_for(
+        self, identity: IdentityRef, attachment_id: int
+    ) -> tuple[AttachmentView, bytes]:
+        found = await self._attachments.shown_to(
+            attachment_id, identity.identity_id, identity.conversation_id
+        )
+        if found is None:
+            raise NotFound("attachment")
+        return found
 
     async def relabel(self, identity: IdentityRef, display_name: str) -> IdentityRef:
         await self._identities.relabel(identity.identity_id, display_name)

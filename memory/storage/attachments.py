@@ -232,6 +232,24 @@ class Attachments:
             )
         return True
 
+    async def shown_to(
+        self, attachment_id: int, identity_id: uuid.UUID, conversation_id: uuid.UUID
+    ) -> tuple[AttachmentView, bytes] | None:
+        """The file, if that person may read it: one they uploaded, or one sent in
+        their conversation (by anyone, on any channel); else None, whether or not it
+        exists, so nobody learns of another's files."""
+        async with self._sessions() as session:
+            row = await session.scalar(
+                select(Attachment)
+                .outerjoin(Message, Message.id == Attachment.message_id)
+                .where(
+                    Attachment.id == attachment_id,
+                    (Attachment.identity_id == identity_id)
+                    | (Message.conversation_id == conversation_id),
+                )
+            )
+            return None if row is None else (_view(row), row.data)
+
     async def content(self, attachment_id: int) -> tuple[AttachmentView, bytes] | None:
         async with self._sessions() as session:
             row = await session.get(Attachment, attachment_id)

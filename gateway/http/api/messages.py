@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal
-from urllib.parse import quote
 
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -17,7 +15,7 @@ from gateway.http.api.once import OnceDep
 from gateway.http.deps import CursorsDep, OperatorMessagesDep, SessionsDep
 from gateway.http.paging import CursorQuery, LimitQuery, Page, scope
 from gateway.http.problems import ApiError, responses
-from gateway.http.wire import MessageOut
+from gateway.http.wire import AttachmentOut, MessageOut, file_response
 from gateway.text import MAX_INT64, StorableText
 from memory.storage.attachments import AttachmentView
 from memory.storage.messages import StoredMessage
@@ -45,33 +43,6 @@ class UsageOut(BaseModel):
         )
 
 
-class AttachmentOut(BaseModel):
-    """A file sent with a message; its bytes at `GET /api/v1/attachments/{id}`."""
-
-    id: int
-    kind: str  # image | audio | document | other
-    mime: str  # sniffed from the bytes
-    bytes: int
-    state: str
-    # What a model reads of it where it is not shown it (a description, a transcript).
-    text: str | None
-    width: int | None = None
-    height: int | None = None
-
-    @classmethod
-    def of(cls, view: AttachmentView) -> AttachmentOut:
-        return cls(
-            id=view.id,
-            kind=view.kind.value,
-            mime=view.mime,
-            bytes=view.size,
-            state=view.state.value,
-            text=view.text,
-            width=view.width,
-            height=view.height,
-        )
-
-
 class OperatorMessage(MessageOut):
     """A message as operators see it: who and what produced it, and its delivery."""
 
@@ -87,7 +58,6 @@ class OperatorMessage(MessageOut):
     # and the tokens its calls took as the model's server counted them.
     model: str | None = None
     usage: UsageOut | None = None
-    attachments: list[AttachmentOut] = Field(default_factory=list)
 
     @classmethod
     def of(
@@ -198,13 +168,7 @@ async def attachment(
     sessions: SessionsDep, attachment_id: Annotated[int, Path(ge=1, le=MAX_INT64)]
 ) -> Response:
     """The file as kept, always as a download: a browser never renders it in place."""
-    view, data = await sessions.attachment(attachment_id)
-    name = view.file_name or f"attachment-{view.id}"
-    return Response(
-        data,
-        media_type=view.mime,
-        headers={"Content-Disposition": content_disposition(name)},
-    )
+    return file_response(*await sessions.attachment(attachment_id))
 
 
 @router.get("/sessions/{session_id}/search", responses=responses(404))
@@ -262,10 +226,3 @@ async def send_message(
         return OperatorMessage.of(await operator.send(target, text))
 
     return await once.run(send, 201, about=lambda message: message.conversation_id)
-
-
-def content_disposition(name: str) -> str:
-    """A download under the sender's file name: plain ASCII for old clients, the name
-    itself (RFC 5987) for the rest; never a quote or a path that ends the header."""
-    plain = re.sub(r"[^A-Za-z0-9._ -]", "_", name)[:100] or "attachment"
-    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name, safe='')}"
