@@ -7,6 +7,18 @@ from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
+class InboundFile:
+    """A file a platform holds for a message: fetched by its connector after the message
+    is stored, never while the platform waits for its acknowledgement."""
+
+    kind: str  # image | audio | document
+    ref: str  # the platform's id of the file, which its connector fetches it by
+    file_name: str = ""
+    mime: str = ""  # as the platform says (the bytes decide)
+    duration: int | None = None  # seconds, for a voice note or audio
+
+
+@dataclass(frozen=True, slots=True)
 class Inbound:
     """A message a connector received and verified, normalised."""
 
@@ -27,6 +39,8 @@ class Inbound:
     expects_reply: bool = True
     # Files the sender uploaded for this message (web chat), by the ids the upload gave.
     attachment_ids: tuple[int, ...] = ()
+    # Files the platform holds for it (Telegram, WhatsApp, Discord).
+    files: tuple[InboundFile, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

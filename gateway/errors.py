@@ -74,6 +74,16 @@ class MediaRefused(InputError):
         super().__init__(message)
 
 
+class FileUnavailable(ParleyError):
+    """A platform did not give a file's bytes: `transient` if asking again later may
+    (a time-out, a 5xx, a 429), not if it never will (gone, refused). Its message never
+    carries a URL or a token."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        self.transient = transient
+        super().__init__(message)
+
+
 class NotFound(ParleyError):
     """There is no such thing as the request names: `f"no such {what}"`."""
 

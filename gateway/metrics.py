@@ -30,6 +30,13 @@ class Metrics:
             ["kind"],
             registry=registry,
         )
+        self.files_fetched = Counter(
+            "parley_files_fetched",
+            "Files fetched from a platform after their message was stored, by channel and "
+            "by what came of it (ready, too_large, unsupported, failed).",
+            ["channel", "state"],
+            registry=registry,
+        )
         self.turns = Counter(
             "parley_turns",
             "Turns run, by what answered: the model, a command, the model-down notice, or "

@@ -50,13 +50,14 @@ from gateway.channels.port import (
     Watermarks,
 )
 from gateway.channels.split import close_fences, split_text, utf16_length
-from gateway.envelopes import ChatRef, Inbound, Outbound
+from gateway.envelopes import ChatRef, Inbound, InboundFile, Outbound
 from gateway.errors import (
     AccessRefused,
     AuthError,
     ConfigError,
     ConversationEnded,
     DeliveryError,
+    FileUnavailable,
     InputError,
     LeftUnanswered,
     MediaRefused,
@@ -102,12 +103,14 @@ __all__ = [
     "DiscordSettings",
     "Ended",
     "Event",
+    "FileUnavailable",
     "Finding",
     "GroupMoves",
     "History",
     "Identities",
     "IdentityRef",
     "Inbound",
+    "InboundFile",
     "InputError",
     "LeftUnanswered",
     "Limits",

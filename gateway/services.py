@@ -16,6 +16,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.channels.delivery import Announce, DeliveryLoop, RetryPolicy
+from gateway.channels.fetching import Fetcher
 from gateway.channels.outbox import Outbox
 from gateway.channels.pacing import Pacing
 from gateway.channels.port import Connector
@@ -94,6 +95,8 @@ class Services:
     firings: Firings
     # How often a client may do something (in Redis, for every replica, when configured).
     rate_limits: RateLimits
+    # Files platforms hold for messages, fetched after the messages are stored.
+    fetcher: Fetcher
 
     @classmethod
     def build(
@@ -138,6 +141,13 @@ class Services:
             stream_interval=settings.stream_interval_ms / 1000,
             metrics=metrics,
         )
+        fetcher = Fetcher(
+            connectors,
+            repos.attachments,
+            clock,
+            max_bytes=settings.media_max_bytes,
+            metrics=metrics,
+        )
         planner = Planner(repos.schedules, clock, follow_ups_per_day=settings.follow_ups_per_day)
         budgets = Budgets(
             DailyCaps(settings.daily_tokens_per_person, settings.daily_tokens_per_group),
@@ -174,6 +184,8 @@ class Services:
             ),
             images=repos.attachments,
             budgets=budgets,
+            files=fetcher,
+            files_wait=settings.media_wait_seconds,
         )
         firings = Firings(
             schedules=repos.schedules,
@@ -239,6 +251,7 @@ class Services:
             metrics=metrics,
             leader_ttl=timedelta(seconds=settings.turn_lease_seconds),
             replicas=shared_leases is not None,
+            fetcher=fetcher,
         )
         return cls(
             settings=settings,
@@ -275,6 +288,7 @@ class Services:
             fanout=_fanout(settings, hub),
             firings=firings,
             rate_limits=rate_limits,
+            fetcher=fetcher,
         )
 
     @contextlib.asynccontextmanager
@@ -313,27 +327,20 @@ class Services:
             )
             stack.callback(deadline.start)  # the HTTP server has stopped taking requests
             await self._resume_owed()
-            sweeper = asyncio.create_task(
-                sweep_forever(
-                    self._resume_owed,
-                    self.settings.sweep_interval_seconds,
-                    name="turns",
-                    leases=self.repos.leases,
-                ),
-                name="turn-sweeper",
-            )
-            stack.push_async_callback(self._stage, "turn sweep", lambda: _cancel(sweeper))
-            reminders = asyncio.create_task(
-                sweep_forever(
-                    self.firings.sweep,
-                    self.settings.reminder_sweep_seconds,
-                    name="reminders",
-                    leases=self.repos.leases,
-                    at_once=True,
-                ),
-                name="reminder-sweeper",
-            )
-            stack.push_async_callback(self._stage, "reminder sweep", lambda: _cancel(reminders))
+            every = self.settings.sweep_interval_seconds
+            for name, sweep, interval, at_once in (
+                ("turns", self._resume_owed, every, False),
+                ("reminders", self.firings.sweep, self.settings.reminder_sweep_seconds, True),
+                ("files", self.fetcher.sweep, every, True),
+            ):
+                task = asyncio.create_task(
+                    sweep_forever(
+                        sweep, interval, name=name, leases=self.repos.leases, at_once=at_once
+                    ),
+                    name=f"{name}-sweep",
+                )
+                stack.push_async_callback(self._stage, f"{name} sweep", partial(_cancel, task))
+            stack.push_async_callback(self._stage, "file fetches", self.fetcher.close)
             log.info(
                 "gateway ready",
                 database=self.engine.dialect.name,

@@ -178,6 +178,9 @@ class Settings(BaseSettings):
     media_max_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     """The largest file a person may send (a web chat upload); larger ones are refused with
     a clear answer."""
+    media_wait_seconds: float = Field(default=20.0, ge=0, le=300)
+    """How long a turn waits for the files of its messages (a photo, a voice note) to be
+    fetched from their platform before it answers with what it has."""
     read_timeout_seconds: float = Field(default=15.0, gt=0)
     """A request's headers, then its body, must arrive within this; else the connection is closed
     (body: 408)."""

@@ -142,28 +142,39 @@ async def test_payload_shapes_get_200_or_4xx_never_500(
     assert llm.requests == []
 
 
-async def test_photos_and_voice_become_labelled_placeholders_and_are_answered(
+async def test_videos_and_places_become_labelled_placeholders_and_are_answered(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
+    # Files Parley reads (photos, voice notes, documents) are fetched: test_telegram_media.
+    video = tg.text_update(3333, "", message_id=601)
+    del video["message"]["text"]
+    video["message"] |= {
+        "video": {"file_id": "BAAD", "file_unique_id": "AgAD6", "width": 640, "height": 360,
+                  "duration": 12},
+        "caption": "our new sofa",
+    }  # fmt: skip
+    place = tg.text_update(3333, "", message_id=602)
+    del place["message"]["text"]
+    place["message"]["location"] = {"latitude": 48.8584, "longitude": 2.2945}
     async with platform_gateway(database_url, tmp_path, llm) as p:
-        assert (await p.telegram(tg.photo_update(3333, caption="our new sofa"))).status_code == 200
+        assert (await p.telegram(video)).status_code == 200
         await p.tg.wait_until(lambda f: len(f.texts(3333)) == 1)
-        assert (await p.telegram(tg.voice_update(3333))).status_code == 200
+        assert (await p.telegram(place)).status_code == 200
         await p.tg.wait_until(lambda f: len(f.texts(3333)) == 2)
         messages = await p.all_messages()
 
-    photo, voice = (
+    told_video, told_place = (
         llm.requests[0]["messages"][-1]["content"],
         llm.requests[1]["messages"][-1]["content"],
     )
-    assert photo.startswith("[source: telegram photo]")
-    assert "a photo" in photo
-    assert "our new sofa" in photo
-    assert voice.startswith("[source: telegram voice]")
-    assert "a voice message" in voice
+    assert told_video.startswith("[source: telegram video]")
+    assert "a video" in told_video
+    assert "our new sofa" in told_video
+    assert told_place.startswith("[source: telegram location]")
+    assert "a location" in told_place
     assert [m["source"] for m in messages if m["role"] == "user"] == [
-        "telegram photo",
-        "telegram voice",
+        "telegram video",
+        "telegram location",
     ]
 
 

@@ -7,7 +7,6 @@ leaves none."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import struct
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from PIL import ExifTags, Image
+from PIL import Image
 from sqlalchemy import func, select
 
 from gateway.jobs.memory_jobs import DESCRIBE_SYSTEM
@@ -25,6 +24,7 @@ from gateway.media.images import LONGEST_SIDE
 from memory.storage.engine import session_factory
 from memory.storage.models import Attachment
 from tests.fakes.llm_server import FakeLLM, Reply
+from tests.support import media
 from tests.support.harness import (
     ADMIN_TOKEN,
     Gateway,
@@ -34,25 +34,6 @@ from tests.support.harness import (
 )
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-GPS = ExifTags.IFD.GPSInfo
-
-
-def _photo(width: int = 120, height: int = 80, *, orientation: int | None = None) -> bytes:
-    """A JPEG as a phone writes it: a camera make, where it was taken, how it is held."""
-    image = Image.new("RGB", (width, height), (200, 30, 30))
-    exif = Image.Exif()
-    exif[ExifTags.Base.Make] = "PhoneMaker"
-    exif[GPS] = {
-        ExifTags.GPS.GPSLatitudeRef: "N",
-        ExifTags.GPS.GPSLatitude: (48.0, 51.0, 30.0),
-        ExifTags.GPS.GPSLongitudeRef: "E",
-        ExifTags.GPS.GPSLongitude: (2.0, 17.0, 40.0),
-    }
-    if orientation is not None:
-        exif[ExifTags.Base.Orientation] = orientation
-    out = io.BytesIO()
-    image.save(out, format="JPEG", exif=exif)
-    return out.getvalue()
 
 
 def _bomb(side: int = 40_000) -> bytes:
@@ -96,24 +77,10 @@ async def _send(gw: Gateway, token: str, text: str, attachments: list[int]) -> h
     )
 
 
-def _kept(data: bytes) -> Image.Image:
-    image = Image.open(io.BytesIO(data))
-    image.load()
-    return image
-
-
-def _shown(part: dict[str, Any]) -> Image.Image:
-    """The image an OpenAI `image_url` part carries in its data URL."""
-    assert part["type"] == "image_url"
-    head, data = part["image_url"]["url"].split(",", 1)
-    assert head in ("data:image/jpeg;base64", "data:image/png;base64")
-    return Image.open(io.BytesIO(base64.b64decode(data)))
-
-
 def _images_asked(llm: FakeLLM) -> list[tuple[int, tuple[int, int]]]:
     """In the last request: each image shown, as (its message's index, its size)."""
     return [
-        (index, _shown(part).size)
+        (index, media.shown_image(part).size)
         for index, message in enumerate(llm.requests[-1]["messages"])
         if isinstance(message["content"], list)
         for part in message["content"]
@@ -128,8 +95,8 @@ def _last_user_content(llm: FakeLLM) -> Any:
 async def test_a_photo_is_kept_without_its_location_and_the_model_is_told_of_it(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    photo = _photo(orientation=6)  # held upright: the pixels are on their side
-    assert _kept(photo).getexif().get_ifd(GPS)  # the source does say where it was taken
+    photo = media.photo(orientation=6)  # held upright: the pixels are on their side
+    assert media.kept(photo).getexif().get_ifd(media.GPS)  # the source does say where it was taken
     settings = make_settings(database_url, tmp_path, llm)
     async with running_gateway(settings) as gw:
         token, session = await gw.visitor()
@@ -137,7 +104,7 @@ async def test_a_photo_is_kept_without_its_location_and_the_model_is_told_of_it(
         body = uploaded.json()
         sent = await _send(gw, token, "what is this?", [body["attachment_id"]])
         asked = _last_user_content(llm)
-        bare = await _upload(gw, token, _photo())
+        bare = await _upload(gw, token, media.photo())
         captionless = await _send(gw, token, "", [bare.json()["attachment_id"]])
         bare_asked = _last_user_content(llm)
         url = f"/api/v1/sessions/{session}/messages"
@@ -162,13 +129,13 @@ async def test_a_photo_is_kept_without_its_location_and_the_model_is_told_of_it(
     # about the image, then the image itself, as it was kept.
     text, image = asked
     assert text["text"].endswith("what is this?\n[image 80×120, not described]")
-    seen = _shown(image)
+    seen = media.shown_image(image)
     assert seen.size == (80, 120)
     assert len(seen.getexif()) == 0
     assert captionless.status_code == 200, captionless.text
     bare_text, bare_image = bare_asked
     assert bare_text == {"type": "text", "text": "[image 120×80, not described]"}
-    assert _shown(bare_image).size == (120, 80)
+    assert media.shown_image(bare_image).size == (120, 80)
     with_file = [m for m in messages if m["attachments"]]
     assert [m["text"] for m in with_file] == ["what is this?", ""]
     [shown] = with_file[0]["attachments"]
@@ -176,9 +143,9 @@ async def test_a_photo_is_kept_without_its_location_and_the_model_is_told_of_it(
     assert download.status_code == 200
     assert download.headers["content-type"] == "image/jpeg"
     assert download.headers["content-disposition"].startswith('attachment; filename="IMG_0001.jpg"')
-    kept = _kept(download.content)
+    kept = media.kept(download.content)
     assert kept.size == (80, 120)
-    assert len(kept.getexif()) == 0  # no EXIF at all: no GPS, no camera
+    assert len(kept.getexif()) == 0  # no EXIF at all: no media.GPS, no camera
     assert b"PhoneMaker" not in download.content
     assert unknown.status_code == 404
     assert anonymous.status_code == 401
@@ -192,14 +159,14 @@ async def test_a_model_that_sees_is_shown_the_newest_images_and_one_that_does_no
     async with running_gateway(settings) as gw:
         token, _ = await gw.visitor()
         for number, (width, height) in enumerate(sizes):
-            upload = await _upload(gw, token, _photo(width, height))
+            upload = await _upload(gw, token, media.photo(width, height))
             await _send(gw, token, f"photo {number}", [upload.json()["attachment_id"]])
         shown = _images_asked(llm)
         words = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
     blind = make_settings(database_url, tmp_path / "blind", llm, llm_vision="false")
     async with running_gateway(blind) as gw:
         token, _ = await gw.visitor()
-        upload = await _upload(gw, token, _photo())
+        upload = await _upload(gw, token, media.photo())
         await _send(gw, token, "and this?", [upload.json()["attachment_id"]])
         blind_asked = _last_user_content(llm)
 
@@ -212,7 +179,7 @@ async def test_a_model_that_sees_is_shown_the_newest_images_and_one_that_does_no
     assert blind_asked.endswith("and this?\n[image 120×80, not described]")
 
 
-async def test_an_image_the_model_saw_is_described_once_and_told_so_where_not_shown(
+async def test_an_image_the_model_saw_is_described_once_and_told_so_where_notshown_image(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
     def describing(body: dict[str, Any], _: int) -> Reply | None:
@@ -225,11 +192,11 @@ async def test_an_image_the_model_saw_is_described_once_and_told_so_where_not_sh
         queue = gw.services.queue
         assert isinstance(queue, EmbeddedQueue)
         token, session = await gw.visitor()
-        first = (await _upload(gw, token, _photo())).json()["attachment_id"]
+        first = (await _upload(gw, token, media.photo())).json()["attachment_id"]
         await _send(gw, token, "what is this?", [first])
         await gw.services.runner.idle()
         await queue.idle()
-        second = (await _upload(gw, token, _photo(60, 60))).json()["attachment_id"]
+        second = (await _upload(gw, token, media.photo(60, 60))).json()["attachment_id"]
         await _send(gw, token, "and this one?", [second])
         # Only the newest image is shown now: the first is told by its description.
         told = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
@@ -245,7 +212,9 @@ async def test_an_image_the_model_saw_is_described_once_and_told_so_where_not_sh
         r for r in llm.requests if r["messages"][0]["content"] == DESCRIBE_SYSTEM
     ]
     # One request an image, each shown the image it describes, however many turns saw it.
-    assert [_shown(r["messages"][1]["content"][1]).size for r in describing_requests] == [
+    assert [
+        media.shown_image(r["messages"][1]["content"][1]).size for r in describing_requests
+    ] == [
         (120, 80),
         (60, 60),
     ]
@@ -271,12 +240,12 @@ async def test_a_large_image_is_kept_at_1568_px_and_transparency_stays(
     assert (sticker["width"], sticker["height"], sticker["mime"]) == (64, 64, "image/png")
 
 
-async def test_bad_files_are_refused_with_their_reason_and_nothing_is_kept(
+async def test_bad_files_are_refused_with_their_reason_and_nothing_iskept(
     database_url: str, tmp_path: Path
 ) -> None:
     settings = make_settings(database_url, tmp_path, None, media_max_bytes=64 * 1024)
     page = b"<html><script>alert(1)</script></html>"
-    truncated = _photo(600, 400)[:700]
+    truncated = media.photo(600, 400)[:700]
     async with running_gateway(settings) as gw:
         token, _ = await gw.visitor()
         answers = {
@@ -323,7 +292,7 @@ async def test_only_the_uploader_can_attach_a_file_and_only_once(
     async with running_gateway(settings) as gw:
         ana, _ = await gw.visitor()
         bo, _ = await gw.visitor()
-        mine = (await _upload(gw, ana, _photo())).json()["attachment_id"]
+        mine = (await _upload(gw, ana, media.photo())).json()["attachment_id"]
         stolen = await _send(gw, bo, "look what I found", [mine])
         bo_history = await gw.history(bo)
         bo_reads_unsent = await _read(gw, bo, mine)
@@ -338,9 +307,9 @@ async def test_only_the_uploader_can_attach_a_file_and_only_once(
         again = await _send(gw, ana, "the same again", [mine])
         made_up = await _send(gw, ana, "and this", [mine + 1000])
         empty = await _send(gw, ana, "", [])
-        await _upload(gw, ana, _photo())
-        await _upload(gw, ana, _photo())
-        too_many = await _upload(gw, ana, _photo())
+        await _upload(gw, ana, media.photo())
+        await _upload(gw, ana, media.photo())
+        too_many = await _upload(gw, ana, media.photo())
         ana_history = await gw.history(ana)
 
     assert stolen.status_code == 422
@@ -351,7 +320,7 @@ async def test_only_the_uploader_can_attach_a_file_and_only_once(
     # and cannot tell it from a file that does not exist.
     assert (ana_reads_unsent.status_code, ana_reads_sent.status_code) == (200, 200)
     assert ana_reads_sent.content == ana_reads_unsent.content
-    assert _kept(ana_reads_sent.content).size == (120, 80)
+    assert media.kept(ana_reads_sent.content).size == (120, 80)
     assert ana_reads_sent.headers["content-disposition"].startswith("attachment;")
     assert [bo_reads_unsent.status_code, bo_reads_sent.status_code] == [404, 404]
     assert bo_reads_sent.json() == bo_reads_nothing.json()
@@ -380,8 +349,8 @@ async def test_erasing_a_person_removes_their_files_sent_or_only_uploaded(
 ) -> None:
     async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
         token, session = await gw.visitor()
-        sent = (await _upload(gw, token, _photo())).json()["attachment_id"]
-        await _upload(gw, token, _photo(90, 60))  # uploaded, never sent
+        sent = (await _upload(gw, token, media.photo())).json()["attachment_id"]
+        await _upload(gw, token, media.photo(90, 60))  # uploaded, never sent
         await _send(gw, token, "a photo", [sent])
         kept = (await gw.http.get(f"/api/v1/attachments/{sent}", headers=ADMIN)).content
         user_id = (await gw.http.get(f"/api/v1/sessions/{session}", headers=ADMIN)).json()[

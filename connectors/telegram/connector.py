@@ -23,7 +23,7 @@ from telegram import Bot, LinkPreviewOptions, ReplyParameters, Update, WebhookIn
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, ChatMigrated, InvalidToken, TelegramError
 
-from connectors.telegram.errors import delivery_error
+from connectors.telegram.errors import delivery_error, file_error
 from connectors.telegram.formatting import to_entities
 from connectors.telegram.normalize import (
     CHANNEL,
@@ -43,6 +43,7 @@ from gateway.sdk import (
     Finding,
     GroupMoves,
     InputError,
+    MediaRefused,
     Outbound,
     Pace,
     Receiving,
@@ -340,6 +341,18 @@ class TelegramConnector:
         target = self._target(outbound.group_id, outbound.external_user_id)
         interval = GROUP_INTERVAL if outbound.group_id else CHAT_INTERVAL
         return (Pace((CHANNEL, target), interval), Pace((CHANNEL,), BOT_INTERVAL))
+
+    async def fetch_file(self, ref: str, limit: int) -> bytes:
+        try:
+            file = await self.bot.get_file(ref)
+            if file.file_size is not None and file.file_size > limit:
+                raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
+            data = bytes(await file.download_as_bytearray())
+        except TelegramError as exc:  # PTB's, network errors included
+            raise file_error(exc) from None
+        if len(data) > limit:
+            raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
+        return data
 
     async def send(self, outbound: Outbound) -> str | None:
         if outbound.replaces is not None:

@@ -2,15 +2,18 @@
 
 Private chats feed the sender's personal conversation. In groups only messages that
 mention the bot, reply to it or carry a command addressed to it are taken; each group
-has its own conversation. Photos, voice notes and other media become labelled
-placeholders (their caption is kept); an edit becomes a labelled event that is stored
-but not answered. Updates of any other kind, and service messages, are ignored.
+has its own conversation. Photos, voice notes, audio, documents and static stickers
+carry their files (fetched by the connector after the message is stored; the caption is
+the message's text); other media (videos, GIFs, polls, places) become labelled
+placeholders; an edit becomes a labelled event that is stored but not answered. Updates
+of any other kind, and service messages, are ignored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from telegram import (
     Chat,
@@ -24,7 +27,7 @@ from telegram import (
 )
 from telegram.constants import ChatType, MessageEntityType
 
-from gateway.sdk import Inbound
+from gateway.sdk import Inbound, InboundFile
 
 CHANNEL = "telegram"
 EDIT_SOURCE = "telegram edit of an earlier message"
@@ -103,7 +106,9 @@ def normalize(update: Update, me: BotUser | None) -> Inbound | None:
     group = message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
     if group and not addressed(message, me):
         return None
-    content = _content(message)
+    # An edit's files are the message's, fetched when it came: the edit is its text.
+    files = () if edited else _files(message)
+    content = (message.caption or "", None) if files else _content(message)
     if content is None:
         return None
     text, source = content
@@ -129,6 +134,7 @@ def normalize(update: Update, me: BotUser | None) -> Inbound | None:
         group_id=str(message.chat.id) if group else None,
         group_title=(message.chat.title or "") if group else "",
         expects_reply=not edited,
+        files=files,
     )
 
 
@@ -218,3 +224,43 @@ def _content(message: Message) -> tuple[str, str | None] | None:
             text = f"{note}\n{caption}" if caption else note
             return text, f"telegram {attribute.replace('_', ' ')}"
     return None
+
+
+def _files(message: Message) -> tuple[InboundFile, ...]:
+    """The files a message carries that Parley reads: the largest size of a photo, a
+    voice note, audio, a document, a sticker that is a still image."""
+    if message.photo:
+        return (InboundFile("image", message.photo[-1].file_id),)
+    if message.voice:
+        voice = message.voice.to_dict()  # its duration, without PTB's deprecation notice
+        return (
+            InboundFile(
+                "audio", voice["file_id"], "", voice.get("mime_type") or "", _seconds(voice)
+            ),
+        )
+    if message.audio:
+        audio = message.audio.to_dict()
+        name = audio.get("file_name") or audio.get("title") or "audio"
+        return (
+            InboundFile(
+                "audio", audio["file_id"], name, audio.get("mime_type") or "", _seconds(audio)
+            ),
+        )
+    if message.document:
+        document = message.document
+        return (
+            InboundFile(
+                "document", document.file_id, document.file_name or "", document.mime_type or ""
+            ),
+        )
+    sticker = message.sticker
+    if sticker and not sticker.is_animated and not sticker.is_video:
+        return (InboundFile("image", sticker.file_id, "sticker.webp", "image/webp"),)
+    return ()
+
+
+def _seconds(fields: Mapping[str, object]) -> int | None:
+    duration = fields.get("duration")
+    if isinstance(duration, timedelta):  # PTB's time periods, where opted in
+        duration = int(duration.total_seconds())
+    return duration if isinstance(duration, int) and duration >= 0 else None

@@ -120,6 +120,16 @@ class Diagnoses(Protocol):
 
 
 @runtime_checkable
+class FetchesFiles(Protocol):
+    """A connector whose platform holds the files people send (`Inbound.files`)."""
+
+    async def fetch_file(self, ref: str, limit: int) -> bytes:
+        """The file's bytes. `MediaRefused("too_large")` past `limit` bytes (read no
+        further than that); `FileUnavailable` if the platform does not give it."""
+        ...
+
+
+@runtime_checkable
 class Webhooks(Protocol):
     """A connector whose platform is told where to post (`parley telegram webhook …`);
     each answers a line for the operator, or raises `ConfigError` saying what to fix."""

@@ -16,10 +16,11 @@ from datetime import timedelta
 
 import structlog
 
+from gateway.channels.fetching import Fetcher
 from gateway.channels.outbox import Outbox
 from gateway.channels.port import Received, Uploaded
 from gateway.clock import Clock
-from gateway.envelopes import ChatRef, Inbound
+from gateway.envelopes import ChatRef, Inbound, InboundFile
 from gateway.errors import (
     AccessRefused,
     ConversationEnded,
@@ -36,7 +37,12 @@ from gateway.replicas.leader import Leader, Step
 from gateway.replicas.rate_limits import RateLimit, RateLimits
 from gateway.text import clean_inbound
 from gateway.turns.runner import TurnRunner
-from memory.storage.attachments import AttachmentView, NewAttachment, UploadNotFound
+from memory.storage.attachments import (
+    AttachmentView,
+    NewAttachment,
+    PlatformFile,
+    UploadNotFound,
+)
 from memory.storage.identities import IdentityRef
 from memory.storage.messages import NewMessage, StoredMessage
 from memory.storage.models import AttachmentKind, Delivery, Role
@@ -67,8 +73,11 @@ class Core:
         metrics: Metrics,
         leader_ttl: timedelta,
         replicas: bool,
+        fetcher: Fetcher | None = None,
     ) -> None:
-        """`replicas`: other processes may answer this one's conversations."""
+        """`replicas`: other processes may answer this one's conversations; `fetcher`:
+        where the files platforms hold for messages are fetched (None: they are not)."""
+        self._fetcher = fetcher
         self._metrics = metrics
         self._rate_limits = rate_limits
         self._messages = repos.messages
@@ -199,6 +208,9 @@ class Core:
             platform_message_id=inbound.platform_message_id,
             platform_ts=inbound.platform_ts,
             attachment_ids=inbound.attachment_ids,
+            platform_files=tuple(_platform_file(file) for file in inbound.files)
+            if self._fetcher is not None
+            else (),
         )
         try:
             message, created = await self._messages.add_message(
@@ -209,6 +221,8 @@ class Core:
         if created:
             self._metrics.inbound.labels(inbound.channel).inc()
             self.hub.message(message)
+            if inbound.files and self._fetcher is not None:
+                self._fetcher.fetch(message)
         return Received(message, ref, created)
 
     async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:
@@ -332,3 +346,11 @@ def _chat(inbound: Inbound) -> ChatRef:
         group_id=inbound.group_id,
         platform_message_id=inbound.platform_message_id,
     )
+
+
+def _platform_file(file: InboundFile) -> PlatformFile:
+    try:
+        kind = AttachmentKind(file.kind)
+    except ValueError:
+        kind = AttachmentKind.OTHER
+    return PlatformFile(kind, file.ref, file.file_name, file.mime, file.duration)

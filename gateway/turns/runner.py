@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Protocol
@@ -38,6 +38,7 @@ from gateway.turns.leases import ConversationLeases
 from gateway.turns.presence import NO_PREVIEW, Preview
 from gateway.turns.slots import Slot, TurnSlots
 from memory.provenance import COMMAND_SOURCE, NOTICE_SOURCE, is_firing
+from memory.storage.attachments import fetching as files_fetching
 from memory.storage.conversations import Conversations, TurnState
 from memory.storage.leases import Held, LeaseLost
 from memory.storage.messages import Messages, NewMessage, StoredMessage
@@ -77,6 +78,12 @@ class ChatCommands(Protocol):
 # Held while the model writes an answer to a message (typing indicators), and showing
 # the answer as it is written where the channel can.
 Presence = Callable[[StoredMessage], AbstractAsyncContextManager[Preview]]
+
+
+class FileWait(Protocol):
+    async def settled(self, message_ids: Sequence[int]) -> None:
+        """Until no file of these messages is still being fetched (a timeout bounds it)."""
+        ...
 
 
 class TurnMemory(Protocol):
@@ -125,9 +132,15 @@ class TurnRunner:
         recall: Recalling | None = None,
         images: ImageSource | None = None,
         budgets: Budgets | None = None,
+        files: FileWait | None = None,
+        files_wait: float = 20.0,
         concurrency: int = 2,
     ) -> None:
-        """`budgets`: the daily token caps (None: nothing is capped)."""
+        """`budgets`: the daily token caps (None: nothing is capped); `files`: where a
+        turn waits, at most `files_wait` s, for the files of its messages still being
+        fetched (None: it does not)."""
+        self._files = files
+        self._files_wait = files_wait
         self._metrics = metrics or Metrics()
         self._budgets = budgets
         self._messages = messages
@@ -288,6 +301,7 @@ class TurnRunner:
         # or one after a message came in here meanwhile. What other replicas stored
         # meanwhile is asked after releasing the lease (`_loop`), once.
         known_owed = True
+        waited: set[int] = set()  # messages whose files this loop has waited for
         while not self._closing and conversation_id not in self._ended:
             if not known_owed and conversation_id not in self._again:
                 return
@@ -299,6 +313,15 @@ class TurnRunner:
                     if not known_owed:
                         return  # owed, yet nothing to answer: a merge answered it
                     known_owed = False
+                    continue
+                fetching = [m.id for m in state.unanswered if files_fetching(m.media)]
+                if self._files is not None and fetching and not waited.issuperset(fetching):
+                    # Answer with the files the person sent, once they are here: read
+                    # the turn again after, however the wait ended (once per message).
+                    waited.update(fetching)
+                    with contextlib.suppress(TimeoutError):
+                        async with slot.lent(), asyncio.timeout(self._files_wait):
+                            await self._files.settled(fetching)
                     continue
                 known_owed = await self._step(state, context, slot)
 

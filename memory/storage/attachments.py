@@ -54,6 +54,40 @@ class AttachmentView:
     width: int | None
     height: int | None
     text: str | None
+    duration: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformFile:
+    """A file a platform holds for a message, to be fetched after the message is stored."""
+
+    kind: AttachmentKind
+    source_ref: str  # the platform's id of it (never a URL)
+    file_name: str = ""
+    mime: str = ""  # as the platform says: a hint, until the bytes are read
+    duration: int | None = None  # seconds
+
+
+@dataclass(frozen=True, slots=True)
+class FileToFetch:
+    id: int
+    channel: str
+    kind: AttachmentKind
+    source_ref: str
+    file_name: str
+    mime: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """What a fetch came to: the file as kept, or the state that says why it is not."""
+
+    state: AttachmentState
+    kind: AttachmentKind | None = None  # what the bytes are, where the platform was wrong
+    mime: str = ""
+    data: bytes = b""
+    width: int | None = None
+    height: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,16 +121,93 @@ _VIEW_COLUMNS = (
     Attachment.width,
     Attachment.height,
     Attachment.text,
+    Attachment.duration,
 )
+
+# Ends the line of a file still being fetched: a turn waits while one says it.
+FETCHING_MARK = ", still being fetched]"
 
 
 def media_line(view: AttachmentView) -> str:
     """How a model is told of a file where it is not shown it (DESIGN §11)."""
+    what = _what(view)
+    match view.state:
+        case AttachmentState.FETCHING:
+            return f"[{what}{FETCHING_MARK}"
+        case AttachmentState.TOO_LARGE:
+            return f"[{what}, too large to read]"
+        case AttachmentState.UNSUPPORTED:
+            return f"[{what}, a kind of file Parley cannot read]"
+        case AttachmentState.FAILED:
+            return f"[{what}, could not be fetched]"
     if view.text:
         return f"[{view.kind.value}: {view.text}]"
     if view.kind is AttachmentKind.IMAGE:
         return f"[image {view.width}×{view.height}, not described]"
-    return f"[file {view.file_name or view.mime}, {view.size:,} bytes, not read]"
+    if view.kind is AttachmentKind.AUDIO:
+        return f"[{what}, not transcribed]"
+    return f"[{what}, {view.size:,} bytes, not read]"
+
+
+def _what(view: AttachmentView) -> str:
+    if view.kind is AttachmentKind.AUDIO:
+        length = "" if view.duration is None else f", {view.duration // 60}:{view.duration % 60:02}"
+        return f"{'voice note' if not view.file_name else 'audio ' + view.file_name}{length}"
+    if view.kind is AttachmentKind.IMAGE:
+        return "image"
+    return f"file {view.file_name or view.mime or 'without a name'}"
+
+
+def fetching(media: str | None) -> bool:
+    """Whether a message's files line says one is still being fetched."""
+    return media is not None and FETCHING_MARK in media
+
+
+async def add_platform_files(
+    session: AsyncSession, message_id: int, files: Sequence[PlatformFile], now: datetime
+) -> str:
+    """The files a platform holds for a message, kept as fetching in `session`'s
+    transaction; the message's files line for them."""
+    rows = [
+        Attachment(
+            message_id=message_id,
+            kind=file.kind,
+            state=AttachmentState.FETCHING,
+            mime=file.mime[:100],
+            size=0,
+            sha256="",
+            file_name=file.file_name[:255],
+            duration=file.duration,
+            source_ref=file.source_ref[:512],
+            data=b"",
+            created_at=now,
+        )
+        for file in files
+    ]
+    session.add_all(rows)
+    await session.flush()
+    return "\n".join(media_line(_view(row)) for row in rows)
+
+
+async def _retell(session: AsyncSession, message_id: int) -> None:
+    """Write the message's files line again from its files, and tell every process's
+    kept windows that the live window changed other than by an append (as
+    `live_window.bump_live_version` does; it cannot be imported here)."""
+    views = await session.execute(
+        select(*_VIEW_COLUMNS).where(Attachment.message_id == message_id).order_by(Attachment.id)
+    )
+    media = "\n".join(media_line(AttachmentView(**row._asdict())) for row in views)
+    conversation_id = await session.scalar(
+        update(Message)
+        .where(Message.id == message_id)
+        .values(media=media)
+        .returning(Message.conversation_id)
+    )
+    await session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation_id)
+        .values(live_version=Conversation.live_version + 1)
+    )
 
 
 async def take_uploads(
@@ -212,24 +323,7 @@ class Attachments:
             )
             if message_id is None:
                 return False
-            views = await session.execute(
-                select(*_VIEW_COLUMNS)
-                .where(Attachment.message_id == message_id)
-                .order_by(Attachment.id)
-            )
-            media = "\n".join(media_line(AttachmentView(**row._asdict())) for row in views)
-            conversation_id = await session.scalar(
-                update(Message)
-                .where(Message.id == message_id)
-                .values(media=media)
-                .returning(Message.conversation_id)
-            )
-            # As `live_window.bump_live_version` does (it cannot be imported here).
-            await session.execute(
-                update(Conversation)
-                .where(Conversation.id == conversation_id)
-                .values(live_version=Conversation.live_version + 1)
-            )
+            await _retell(session, message_id)
         return True
 
     async def shown_to(
@@ -249,6 +343,87 @@ class Attachments:
                 )
             )
             return None if row is None else (_view(row), row.data)
+
+    async def to_fetch(self, attachment_id: int) -> FileToFetch | None:
+        """The platform file, if it is still to be fetched."""
+        async with self._sessions() as session:
+            row = (
+                await session.execute(
+                    select(
+                        Attachment.id,
+                        Message.channel,
+                        Attachment.kind,
+                        Attachment.source_ref,
+                        Attachment.file_name,
+                        Attachment.mime,
+                    )
+                    .join(Message, Message.id == Attachment.message_id)
+                    .where(
+                        Attachment.id == attachment_id,
+                        Attachment.state == AttachmentState.FETCHING,
+                        Attachment.source_ref.is_not(None),
+                    )
+                )
+            ).one_or_none()
+        if row is None or row.source_ref is None:
+            return None
+        return FileToFetch(row.id, row.channel, row.kind, row.source_ref, row.file_name, row.mime)
+
+    async def fetching_of(self, message_ids: Sequence[int]) -> list[int]:
+        """The files of these messages still to be fetched."""
+        async with self._sessions() as session:
+            found = await session.scalars(
+                select(Attachment.id).where(
+                    Attachment.message_id.in_(message_ids),
+                    Attachment.state == AttachmentState.FETCHING,
+                )
+            )
+            return list(found)
+
+    async def left_fetching(self, created_before: datetime, limit: int) -> list[int]:
+        """Files still fetching that were stored before `created_before`: a process died
+        while fetching them, or their fetch is still retrying."""
+        async with self._sessions() as session:
+            found = await session.scalars(
+                select(Attachment.id)
+                .where(
+                    Attachment.state == AttachmentState.FETCHING,
+                    Attachment.created_at < created_before,
+                )
+                .order_by(Attachment.id)
+                .limit(limit)
+            )
+            return list(found)
+
+    async def fetched(self, attachment_id: int, result: Fetched) -> bool:
+        """Keep what a fetch came to, once, and tell the message's line of it; False if
+        it was no longer fetching (another replica kept it first, or it is gone)."""
+        values: dict[str, Any] = {"state": result.state}
+        if result.kind is not None:
+            values["kind"] = result.kind
+        if result.state is AttachmentState.READY:
+            values |= {
+                "mime": result.mime,
+                "data": result.data,
+                "size": len(result.data),
+                "sha256": hashlib.sha256(result.data).hexdigest(),
+                "width": result.width,
+                "height": result.height,
+            }
+        async with self._sessions() as session, session.begin():
+            message_id = await session.scalar(
+                update(Attachment)
+                .where(
+                    Attachment.id == attachment_id,
+                    Attachment.state == AttachmentState.FETCHING,
+                )
+                .values(**values)
+                .returning(Attachment.message_id)
+            )
+            if message_id is None:
+                return False
+            await _retell(session, message_id)
+        return True
 
     async def content(self, attachment_id: int) -> tuple[AttachmentView, bytes] | None:
         async with self._sessions() as session:
@@ -291,4 +466,5 @@ def _view(row: Attachment) -> AttachmentView:
         row.width,
         row.height,
         row.text,
+        row.duration,
     )

@@ -17,7 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
 from memory.model_usage import Usage, total
-from memory.storage.attachments import media_line, take_uploads
+from memory.storage.attachments import (
+    PlatformFile,
+    add_platform_files,
+    media_line,
+    take_uploads,
+)
 from memory.storage.engine import writer_queue
 from memory.storage.inserts import insert_or_skip
 from memory.storage.leases import Held, lock_held
@@ -97,6 +102,8 @@ class NewMessage:
     payer: Payer | None = None
     # Files the sender uploaded for this message (web chat): taken in its transaction.
     attachment_ids: tuple[int, ...] = ()
+    # Files a platform holds for it: kept as fetching in its transaction, fetched after.
+    platform_files: tuple[PlatformFile, ...] = ()
 
 
 MESSAGE_COLUMNS = (
@@ -168,6 +175,8 @@ class Messages:
                 if new.attachment_ids:
                     # `UploadNotFound` leaves the transaction uncommitted: nothing stored.
                     stored = await _with_uploads(session, stored, new)
+                if new.platform_files:
+                    stored = await _with_platform_files(session, stored, new, now)
                 if new.usage and new.payer is not None:
                     await charge(session, new.payer, UsageKind.TURN, new.usage, now)
                 await session.commit()
@@ -432,6 +441,17 @@ def _usage_columns(usage: tuple[Usage, ...]) -> dict[str, int | None]:
         "usage_cached": summed.cached,
         "usage_completion": summed.completion,
     }
+
+
+async def _with_platform_files(
+    session: AsyncSession, stored: StoredMessage, new: NewMessage, now: datetime
+) -> StoredMessage:
+    """The message with the files a platform holds for it, told in its `media` as
+    still being fetched."""
+    media = await add_platform_files(session, stored.id, new.platform_files, now)
+    media = f"{stored.media}\n{media}" if stored.media else media
+    await session.execute(update(Message).where(Message.id == stored.id).values(media=media))
+    return replace(stored, media=media)
 
 
 async def _with_uploads(

@@ -661,13 +661,19 @@ class Attachment(Base):
         ForeignKey("identities.id", ondelete="CASCADE"), index=True
     )
     kind: Mapped[AttachmentKind] = mapped_column(_enum(AttachmentKind))
-    state: Mapped[AttachmentState] = mapped_column(_enum(AttachmentState))
+    # The fetch sweep looks for files left fetching by a process that died.
+    state: Mapped[AttachmentState] = mapped_column(_enum(AttachmentState), index=True)
     mime: Mapped[str] = mapped_column(String(100))  # sniffed from the bytes
     size: Mapped[int] = mapped_column(BigInteger)  # of `data`, as kept
     sha256: Mapped[str] = mapped_column(String(64))
     file_name: Mapped[str] = mapped_column(String(255), default="")
     width: Mapped[int | None] = mapped_column(Integer)
     height: Mapped[int | None] = mapped_column(Integer)
+    # Seconds a voice note or audio file plays, as the platform says.
+    duration: Mapped[int | None] = mapped_column(Integer)
+    # A platform's own id of the file, to fetch it by (never a URL: one may carry the
+    # bot's token); None for an upload.
+    source_ref: Mapped[str | None] = mapped_column(String(512))
     # What a model reads of it where it does not see it: a description, a transcript,
     # a document's text.
     text: Mapped[str | None] = mapped_column(Text)

@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.support.servers import serve
@@ -80,8 +80,18 @@ class FakeTelegram:
         self.webhook_url = ""
         self.webhook_secret: str | None = None
         self.webhook_error: str | None = None
+        # Files people sent, by file_id, as `getFile` and the download serve them; the
+        # downloads asked, by file path; statuses the next downloads answer instead.
+        self.files: dict[str, bytes] = {}
+        self.downloads: list[str] = []
+        self.download_failures: deque[int] = deque()
+        # While this is an event not set, `getFile` answers once it is (a slow Telegram).
+        self.files_gate: asyncio.Event | None = None
         self.app = Starlette(
-            routes=[Route("/bot{token}/{method}", self._method, methods=["GET", "POST"])]
+            routes=[
+                Route("/bot{token}/{method}", self._method, methods=["GET", "POST"]),
+                Route("/file/bot{token}/{path:path}", self._download, methods=["GET"]),
+            ]
         )
 
     # -- for tests --------------------------------------------------------------------
@@ -163,6 +173,7 @@ class FakeTelegram:
             return _error(failure.status, failure.description, extra or None)
         handler = {
             "getMe": self._get_me,
+            "getFile": self._get_file,
             "setWebhook": self._set_webhook,
             "deleteWebhook": self._delete_webhook,
             "getWebhookInfo": self._webhook_info,
@@ -175,6 +186,8 @@ class FakeTelegram:
             return _error(404, "Not Found")
         if method == "sendMessage" and self.gate is not None:
             await self.gate.wait()
+        if method == "getFile" and self.files_gate is not None:
+            await self.files_gate.wait()
         response = handler(params)
         async with self._changed:
             if method in ("sendMessage", "editMessageText") and response.status_code == 200:
@@ -200,6 +213,35 @@ class FakeTelegram:
         if self.webhook_error is not None:
             info |= {"last_error_date": 1_700_000_000, "last_error_message": self.webhook_error}
         return _ok(info)
+
+    def _get_file(self, params: dict[str, Any]) -> JSONResponse:
+        """As Telegram: a path to download the file from for an hour, and bots get no
+        file past 20 MB."""
+        file_id = str(params.get("file_id", ""))
+        data = self.files.get(file_id)
+        if data is None:
+            return _error(400, "Bad Request: invalid file_id")
+        if len(data) > 20 * 1024 * 1024:
+            return _error(400, "Bad Request: file is too big")
+        path = f"files/{file_id}"
+        return _ok(
+            {
+                "file_id": file_id,
+                "file_unique_id": f"u-{file_id}",
+                "file_size": len(data),
+                "file_path": path,
+            }
+        )
+
+    async def _download(self, request: Request) -> Response:
+        if request.path_params["token"] != self.token:
+            return Response(status_code=401)
+        path = request.path_params["path"]
+        self.downloads.append(path)
+        if self.download_failures:
+            return Response(status_code=self.download_failures.popleft())
+        data = self.files.get(path.removeprefix("files/"))
+        return Response(status_code=404) if data is None else Response(data)
 
     def _get_me(self, _: dict[str, Any]) -> JSONResponse:
         return _ok(_bot_user())

@@ -1,0 +1,114 @@
+"""Photos, voice notes and files sent on Telegram (DESIGN §11): the webhook is
+acknowledged before the file is fetched; the file is fetched by the connector
+(`getFile`, then the download), read from its bytes, kept in the database and shown to
+a model that sees; the turn waits for it; a platform that does not give it leaves a
+clear line and a normal reply, and the bot's token is never in a log line."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import structlog
+
+from tests.fakes import telegram_api as tg
+from tests.fakes.llm_server import FakeLLM
+from tests.support import media
+from tests.support.platforms import platform_gateway
+
+# The first bytes of an Ogg Opus voice note, as Telegram's are.
+VOICE = b"OggS\x00\x02" + bytes(22) + b"\x13OpusHead\x01\x01" + bytes(40)
+
+
+def _user_contents(llm: FakeLLM, request: int = -1) -> list[object]:
+    return [m["content"] for m in llm.requests[request]["messages"] if m["role"] == "user"]
+
+
+async def test_a_photo_is_acknowledged_first_then_fetched_and_shown_to_the_model(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with tg.fake_telegram() as fake:
+        fake.files["AgAD-large"] = media.photo(1280, 960)
+        fake.files_gate = asyncio.Event()  # Telegram slow to give the file
+        async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
+            acknowledged = await p.telegram(tg.photo_update(3333, caption="our new sofa"))
+            # Acknowledged while the file is still being asked for: no model yet.
+            await fake.wait_until(lambda f: bool(f.calls_of("getFile")))
+            asked_before = len(llm.requests)
+            fake.files_gate.set()
+            await fake.wait_until(lambda f: len(f.texts(3333)) == 1)
+            [message] = [m for m in await p.all_messages() if m["role"] == "user"]
+
+    assert acknowledged.status_code == 200
+    assert asked_before == 0
+    # The largest size of the photo, the one asked for.
+    assert [c.params["file_id"] for c in fake.calls_of("getFile")] == ["AgAD-large"]
+    assert fake.downloads == ["files/AgAD-large"]
+    [content] = _user_contents(llm, 0)  # the turn's (a description is asked after)
+    assert isinstance(content, list)
+    words, image = content
+    assert words["text"].endswith("our new sofa\n[image 1280×960, not described]")
+    shown = media.shown_image(image)
+    assert shown.size == (1280, 960)
+    assert len(shown.getexif()) == 0  # no place, no camera
+    [file] = message["attachments"]
+    assert (file["kind"], file["state"], file["mime"]) == ("image", "ready", "image/jpeg")
+    assert message["text"] == "our new sofa"
+    assert message["source"] is None
+
+
+async def test_a_voice_note_is_kept_and_told_with_its_length(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with tg.fake_telegram() as fake:
+        fake.files["AwAD-voice"] = VOICE
+        async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
+            await p.telegram(tg.voice_update(3333))
+            await fake.wait_until(lambda f: len(f.texts(3333)) == 1)
+            [message] = [m for m in await p.all_messages() if m["role"] == "user"]
+
+    [content] = _user_contents(llm)
+    assert isinstance(content, str)
+    assert content.endswith("[voice note, 0:04, not transcribed]")
+    [file] = message["attachments"]
+    assert (file["kind"], file["state"], file["mime"]) == ("audio", "ready", "audio/ogg")
+    assert file["bytes"] == len(VOICE)
+
+
+async def test_a_file_telegram_does_not_give_leaves_a_clear_line_and_a_normal_reply(
+    database_url: str, tmp_path: Path, llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    disguised = tg.text_update(3333, "", message_id=501)
+    del disguised["message"]["text"]
+    disguised["message"]["document"] = {
+        "file_id": "BQAD-page",
+        "file_unique_id": "AgAD5",
+        "file_name": "holiday.jpg",
+        "mime_type": "image/jpeg",
+        "file_size": 58,
+    }
+    async with tg.fake_telegram() as fake:
+        # The first download fails as a busy server would, and is asked again; the
+        # "photo" is a web page; the voice note's file Telegram no longer has.
+        fake.download_failures.append(502)
+        fake.files["BQAD-page"] = b"<html><script>alert(1)</script></html>"
+        async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
+            with structlog.testing.capture_logs() as logs:
+                await p.telegram(disguised)
+                await fake.wait_until(lambda f: len(f.texts(3333)) == 1)
+                await p.telegram(tg.voice_update(3333, message_id=502))
+                await fake.wait_until(lambda f: len(f.texts(3333)) == 2)
+            messages = [m for m in await p.all_messages() if m["role"] == "user"]
+
+    page, voice = (message["attachments"][0] for message in messages)
+    # Read for what its bytes are, not its name: text, kept as such (served as plain
+    # text, as a download), never shown to a model as an image.
+    assert (page["kind"], page["state"], page["mime"]) == ("document", "ready", "text/plain")
+    assert fake.downloads == ["files/BQAD-page", "files/BQAD-page"]
+    assert _user_contents(llm, 0)[-1] == "[file holiday.jpg, 38 bytes, not read]"
+    assert voice["state"] == "failed"
+    assert str(_user_contents(llm, 1)[-1]).endswith("[voice note, 0:04, could not be fetched]")
+    assert all(reply != "" for reply in fake.texts(3333))
+    assert tg.TOKEN not in repr(logs)
+    assert tg.TOKEN not in caplog.text
