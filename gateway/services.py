@@ -34,7 +34,7 @@ from gateway.inbox.core import Core
 from gateway.inbox.policy import AccessPolicy
 from gateway.jobs.memory_jobs import ArchiveMemory, MemoryJobs, build_jobs
 from gateway.jobs.queue import EmbeddedQueue, JobQueue
-from gateway.llm import LLMProvider
+from gateway.llm import LLMProvider, build_transcriber
 from gateway.metrics import Metrics
 from gateway.operations import Erasing, Linking, Operations
 from gateway.reminders.firing import Firings
@@ -147,6 +147,7 @@ class Services:
             clock,
             max_bytes=settings.media_max_bytes,
             metrics=metrics,
+            transcriber=build_transcriber(settings),
         )
         planner = Planner(repos.schedules, clock, follow_ups_per_day=settings.follow_ups_per_day)
         budgets = Budgets(

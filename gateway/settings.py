@@ -178,6 +178,15 @@ class Settings(BaseSettings):
     media_max_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     """The largest file a person may send (a web chat upload); larger ones are refused with
     a clear answer."""
+    transcribe_base_url: str | None = None
+    """Where voice notes and audio are transcribed: an OpenAI-compatible base including
+    `/v1` (`POST …/audio/transcriptions`); unset: the model's base URL where
+    `PARLEY_LLM_PROVIDER` is `openai`, else none (voice notes are kept, not transcribed)."""
+    transcribe_model: str = "whisper-1"
+    """Speech-to-text model."""
+    transcribe_api_key: SecretStr | None = None
+    """Key for the transcription server; unset: `PARLEY_LLM_API_KEY` where the model's
+    base URL is used."""
     media_wait_seconds: float = Field(default=20.0, ge=0, le=300)
     """How long a turn waits for the files of its messages (a photo, a voice note) to be
     fetched from their platform before it answers with what it has."""
@@ -598,6 +607,15 @@ class Settings(BaseSettings):
     def sees_images(self) -> bool:
         """Whether the configured model is shown images (PARLEY_LLM_VISION)."""
         return self.llm_vision != "false" and self.llm_provider is not LLMProviderName.OFFLINE
+
+    @property
+    def transcriber(self) -> tuple[str, SecretStr | None] | None:
+        """Where voice notes are transcribed, and with what key; None: nowhere."""
+        if self.transcribe_base_url:
+            return self.transcribe_base_url, self.transcribe_api_key
+        if self.llm_provider is LLMProviderName.OPENAI:
+            return self.resolved_llm_base_url, self.transcribe_api_key or self.llm_api_key
+        return None
 
     @property
     def resolved_llm_base_url(self) -> str:

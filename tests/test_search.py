@@ -509,16 +509,32 @@ async def test_on_postgres_a_transcript_is_matched_by_its_index_never_read_whole
         event.remove(engine.sync_engine, "before_cursor_execute", keep)
     # The searches' own statements again, in one transaction as they were sent (the
     # settings they make included), each SELECT explained.
-    plans = []
+    plans: list[str] = []
+    message_plans: list[str] = []
     async with sessions() as session:
         connection = await session.connection()
         for statement, parameters in sent:
             if statement.lstrip().upper().startswith("SET"):
                 await connection.exec_driver_sql(statement, parameters)
-            elif "transcript" in statement and "@@" in statement:
+            elif "@@" in statement:
                 explained = await connection.exec_driver_sql(f"EXPLAIN {statement}", parameters)
-                plans.append("\n".join(row[0] for row in explained))
+                plan = "\n".join(row[0] for row in explained)
+                (plans if "transcript" in statement else message_plans).append(plan)
 
+        indexed = await connection.exec_driver_sql(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_messages_text_search'"
+        )
+        [definition] = [row[0] for row in indexed]
+    # A message's words (its text and files line) are matched by the index's own
+    # expression, so the index serves them where the planner wants it (a conversation's
+    # few messages are read by their conversation's index instead).
+    expression = definition.split("USING gin (", 1)[1].rsplit(")", 1)[0]
+    assert "COALESCE(media" in expression
+    assert message_plans
+    unqualified = [re.sub(r"\bmessages(_\d+)*\.", "", plan) for plan in message_plans]
+    matched = [plan for plan in unqualified if "@@" in plan]
+    assert matched, message_plans
+    assert all(expression in plan for plan in matched), (expression, matched)
     assert len(plans) >= 3
     for plan in plans:
         assert "ix_chunks_transcript_search" in plan, plan

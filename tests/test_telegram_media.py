@@ -7,15 +7,16 @@ clear line and a normal reply, and the bot's token is never in a log line."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
 import structlog
 
 from tests.fakes import telegram_api as tg
-from tests.fakes.llm_server import FakeLLM
+from tests.fakes.llm_server import Fail, FakeLLM
 from tests.support import media
-from tests.support.platforms import platform_gateway
+from tests.support.platforms import ADMIN, platform_gateway
 
 # The first bytes of an Ogg Opus voice note, as Telegram's are.
 VOICE = b"OggS\x00\x02" + bytes(22) + b"\x13OpusHead\x01\x01" + bytes(40)
@@ -58,22 +59,61 @@ async def test_a_photo_is_acknowledged_first_then_fetched_and_shown_to_the_model
     assert message["source"] is None
 
 
-async def test_a_voice_note_is_kept_and_told_with_its_length(
+async def test_a_voice_note_is_transcribed_into_the_persons_words(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
+    llm.transcripts.append("remind me to water   the ferns on Sunday")
     async with tg.fake_telegram() as fake:
         fake.files["AwAD-voice"] = VOICE
         async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
             await p.telegram(tg.voice_update(3333))
             await fake.wait_until(lambda f: len(f.texts(3333)) == 1)
             [message] = [m for m in await p.all_messages() if m["role"] == "user"]
+            [session] = await p.sessions()
+            found = await p.gw.http.get(
+                f"/api/v1/sessions/{session['id']}/search", params={"q": "ferns"}, headers=ADMIN
+            )
+            # What the model's archive_search reads: the same index.
+            best = await p.gw.services.repos.search.best(
+                uuid.UUID(session["id"]), "water ferns", limit=3
+            )
 
+    [hit] = found.json()["items"]
+    assert (hit["kind"], hit["seq"]) == ("message", message["seq"])
+    assert "«ferns»" in hit["snippet"]
+    assert [h.seq for h in best.messages] == [message["seq"]]
     [content] = _user_contents(llm)
-    assert isinstance(content, str)
-    assert content.endswith("[voice note, 0:04, not transcribed]")
+    assert content == (
+        "[source: voice note, 0:04, transcribed]\nremind me to water the ferns on Sunday"
+    )
+    [asked] = llm.transcriptions
+    assert (asked["model"], asked["mime"], asked["data"]) == ("whisper-1", "audio/ogg", VOICE)
+    assert asked["authorization"] == "Bearer sk-test-key-that-must-not-leak"
     [file] = message["attachments"]
     assert (file["kind"], file["state"], file["mime"]) == ("audio", "ready", "audio/ogg")
     assert file["bytes"] == len(VOICE)
+    assert file["text"] == "remind me to water the ferns on Sunday"
+
+
+async def test_a_transcriber_that_is_down_leaves_a_clear_line_and_a_normal_reply(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.transcripts.extend([Fail(503, message="busy")] * 3)  # the try and its two retries
+    async with tg.fake_telegram() as fake:
+        fake.files["AwAD-voice"] = VOICE
+        async with platform_gateway(
+            database_url, tmp_path, llm, tg=fake, llm_retry_base_seconds=0.01
+        ) as p:
+            await p.telegram(tg.voice_update(3333))
+            await fake.wait_until(lambda f: len(f.texts(3333)) == 1)
+            [message] = [m for m in await p.all_messages() if m["role"] == "user"]
+
+    assert len(llm.transcriptions) == 3
+    [content] = _user_contents(llm)
+    assert isinstance(content, str)
+    assert content.endswith("[voice note, 0:04, not transcribed]")
+    assert fake.texts(3333) == ["reply 1"]
+    assert message["attachments"][0]["state"] == "ready"  # kept all the same
 
 
 async def test_a_file_telegram_does_not_give_leaves_a_clear_line_and_a_normal_reply(

@@ -22,8 +22,9 @@ import structlog
 from gateway.backoff import full_jitter
 from gateway.channels.port import Connector, FetchesFiles
 from gateway.clock import Clock
-from gateway.errors import FileUnavailable, MediaRefused
-from gateway.media.files import read_file
+from gateway.errors import FileUnavailable, LLMError, MediaRefused
+from gateway.llm.transcribe import Transcriber
+from gateway.media.files import ReadFile, read_file
 from gateway.metrics import Metrics
 from memory.storage.attachments import Attachments, Fetched, FileToFetch
 from memory.storage.messages import StoredMessage
@@ -56,8 +57,11 @@ class Fetcher:
         *,
         max_bytes: int,
         metrics: Metrics,
+        transcriber: Transcriber | None = None,
         backoff_base: float = BACKOFF_BASE_SECONDS,
     ) -> None:
+        """`transcriber`: where voice notes and audio are transcribed (None: nowhere)."""
+        self._transcriber = transcriber
         self._sources = {c.channel: c for c in connectors if isinstance(c, FetchesFiles)}
         self._attachments = attachments
         self._clock = clock
@@ -96,6 +100,8 @@ class Fetcher:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._transcriber is not None:
+            await self._transcriber.aclose()
 
     async def _fetch_message(self, message_id: int) -> None:
         for attachment_id in await self._attachments.fetching_of([message_id]):
@@ -136,6 +142,7 @@ class Fetcher:
         if file.kind is AttachmentKind.IMAGE and read.kind != "image":
             # Said to be a photo, and not one: nothing a model is shown as an image.
             return Fetched(AttachmentState.UNSUPPORTED)
+        transcript = await self._transcript(file, read) if read.kind == "audio" else None
         return Fetched(
             AttachmentState.READY,
             AttachmentKind(read.kind),
@@ -143,7 +150,20 @@ class Fetcher:
             read.data,
             read.width,
             read.height,
+            transcript,
         )
+
+    async def _transcript(self, file: FileToFetch, read: ReadFile) -> str | None:
+        """The words of a voice note or audio file; None where none were had (kept
+        all the same, and told as not transcribed)."""
+        if self._transcriber is None:
+            return None
+        name = file.file_name or f"voice.{read.mime.rpartition('/')[2] or 'ogg'}"
+        try:
+            return await self._transcriber.transcribe(read.data, read.mime, name) or None
+        except LLMError as exc:
+            log.warning("a voice note was not transcribed", attachment_id=file.id, error=str(exc))
+            return None
 
     async def _download(self, source: FetchesFiles, file: FileToFetch) -> bytes:
         for attempt in range(1, ATTEMPTS + 1):

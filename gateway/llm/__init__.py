@@ -24,6 +24,7 @@ from gateway.llm.base import (
 from gateway.llm.fallback import ModelChain
 from gateway.llm.offline import OfflineProvider
 from gateway.llm.openai import OpenAIProvider
+from gateway.llm.transcribe import Transcriber
 from gateway.settings import LLMProviderName, Settings
 from memory.chat_turn import ChatTurn
 
@@ -37,6 +38,7 @@ __all__ = [
     "ToolStep",
     "Usage",
     "build_provider",
+    "build_transcriber",
     "complete",
     "complete_counted",
 ]
@@ -96,3 +98,19 @@ def _http_options(settings: Settings) -> _HTTPOptions:
         "retry_base_seconds": settings.llm_retry_base_seconds,
         "sees_images": settings.sees_images,
     }
+
+
+def build_transcriber(settings: Settings) -> Transcriber | None:
+    """The speech-to-text the settings name, if any (DESIGN §11)."""
+    where = settings.transcriber
+    if where is None:
+        return None
+    base_url, key = where
+    return Transcriber(
+        base_url=base_url,
+        api_key=key.get_secret_value() if key else None,
+        model=settings.transcribe_model,
+        timeout=settings.llm_timeout_seconds,
+        max_retries=settings.llm_max_retries,
+        retry_base_seconds=settings.llm_retry_base_seconds,
+    )

@@ -88,6 +88,7 @@ class Fetched:
     data: bytes = b""
     width: int | None = None
     height: int | None = None
+    text: str | None = None  # a transcript
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +141,9 @@ def media_line(view: AttachmentView) -> str:
             return f"[{what}, a kind of file Parley cannot read]"
         case AttachmentState.FAILED:
             return f"[{what}, could not be fetched]"
+    if view.text and view.kind is AttachmentKind.AUDIO:
+        # The person's own words, said rather than typed.
+        return f"[source: {what}, transcribed]\n{view.text}"
     if view.text:
         return f"[{view.kind.value}: {view.text}]"
     if view.kind is AttachmentKind.IMAGE:
@@ -409,6 +413,7 @@ class Attachments:
                 "sha256": hashlib.sha256(result.data).hexdigest(),
                 "width": result.width,
                 "height": result.height,
+                "text": result.text,
             }
         async with self._sessions() as session, session.begin():
             message_id = await session.scalar(

@@ -104,9 +104,14 @@ class FakeLLM:
         self.responder: Callable[[dict[str, Any], int], Behaviour | None] | None = None
         self._arrivals = asyncio.Condition()
         self._closing = asyncio.Event()
+        # Speech to text: what each request sent (its form fields, the file's name, type
+        # and bytes), and what the next ones answer (a transcript, or a failure).
+        self.transcriptions: list[dict[str, Any]] = []
+        self.transcripts: deque[str | Fail] = deque()
         routes = [
             Route("/v1/chat/completions", self._openai, methods=["POST"]),
             Route("/v1/messages", self._anthropic, methods=["POST"]),
+            Route("/v1/audio/transcriptions", self._transcribe, methods=["POST"]),
         ]
         self.app: ASGIApp = _InFlight(self, Starlette(routes=routes))
 
@@ -199,6 +204,26 @@ class FakeLLM:
                 ]
                 frames = wire.calls(_split(text, pieces), wanted, interleave=interleave)
                 return _event_stream(wire.cut(frames) if break_off else frames)
+
+    async def _transcribe(self, request: Request) -> Response:
+        """OpenAI's `/audio/transcriptions`: multipart `file` and `model`, `{"text"}` back."""
+        async with request.form() as form:
+            upload = form.get("file")
+            if upload is None or isinstance(upload, str):
+                return JSONResponse({"error": {"message": "file is required"}}, 400)
+            self.transcriptions.append(
+                {
+                    "model": form.get("model"),
+                    "file_name": upload.filename,
+                    "mime": upload.content_type,
+                    "data": await upload.read(),
+                    "authorization": request.headers.get("authorization"),
+                }
+            )
+        answer = self.transcripts.popleft() if self.transcripts else "hello from a voice note"
+        if isinstance(answer, Fail):
+            return JSONResponse({"error": {"message": answer.message}}, answer.status)
+        return JSONResponse({"text": answer})
 
     async def _until(self, gate: asyncio.Event) -> None:
         # Also wake on close, so a test that never opens its gate cannot stall shutdown.

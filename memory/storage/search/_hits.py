@@ -18,6 +18,7 @@ from sqlalchemy import (
     ColumnElement,
     FromClause,
     String,
+    func,
     literal_column,
 )
 from sqlalchemy.orm import InstrumentedAttribute
@@ -142,10 +143,19 @@ class Source:
     fts: str  # the SQLite FTS5 table
     table: FromClause
     id: InstrumentedAttribute[int]
-    text: InstrumentedAttribute[Any]
+    # What is searched: as the Postgres index spells it (migration 0023 for messages).
+    text: ColumnElement[Any] | InstrumentedAttribute[Any]
 
 
-MESSAGES = Source(HitKind.MESSAGE, MESSAGES_FTS, Message.__table__, Message.id, Message.text)
+def searched(message: type[Message]) -> ColumnElement[str]:
+    """A message's searched words: its text and its files line (a voice note's
+    transcript, an image's description). Constants as literals: a bound parameter would
+    not match the index's expression."""
+    media = func.coalesce(message.media, literal_column("''"))
+    return message.text.op("||")(literal_column("' '")).op("||")(media)
+
+
+MESSAGES = Source(HitKind.MESSAGE, MESSAGES_FTS, Message.__table__, Message.id, searched(Message))
 CHUNKS = Source(HitKind.CHUNK, CHUNKS_FTS, Chunk.__table__, Chunk.id, Chunk.transcript)
 SOURCES = (MESSAGES, CHUNKS)
 

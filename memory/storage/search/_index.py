@@ -127,7 +127,8 @@ class FTS5:
         fts = source.fts
         rank = f"bm25({fts})" if ranked else "0.0"
         query = text(
-            f"SELECT rowid, snippet({fts}, 0, :start, :end, :ellipsis, :tokens), {rank} "
+            # Column -1: the snippet comes from whichever column matched best.
+            f"SELECT rowid, snippet({fts}, -1, :start, :end, :ellipsis, :tokens), {rank} "
             f"FROM {fts} WHERE {fts} MATCH :match AND rowid IN :ids"
         ).bindparams(bindparam("ids", expanding=True))
         rows = await session.execute(
@@ -182,7 +183,7 @@ class TsVector:
         if source.kind is HitKind.MESSAGE:
             return func.to_tsvector(_SIMPLE, source.text).op("@@")(query)
         inner = source.table.alias(f"{source.kind.value}_found")
-        vector = func.to_tsvector(_SIMPLE, inner.c[source.text.key])
+        vector = func.to_tsvector(_SIMPLE, inner.c[str(source.text.key)])
         # OFFSET 0: planned apart, not merged into the query around it.
         fenced = select(inner.c[source.id.key]).where(vector.op("@@")(query)).offset(0)
         return source.id.in_(fenced)

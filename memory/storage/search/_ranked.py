@@ -29,6 +29,7 @@ from memory.storage.search._hits import (
     SearchHit,
     Source,
     columns,
+    searched,
     within,
 )
 from memory.storage.search._index import Index, read_hits
@@ -173,7 +174,7 @@ def _keeping(
     if source.kind is HitKind.MESSAGE:
         return _kept(Message, left_out)
     said = aliased(Message)
-    in_said = Source(HitKind.MESSAGE, MESSAGES_FTS, Message.__table__, said.id, said.text)
+    in_said = Source(HitKind.MESSAGE, MESSAGES_FTS, Message.__table__, said.id, searched(said))
 
     def said_here(wanted: Sequence[str]) -> ColumnElement[bool]:
         return exists().where(
