@@ -17,9 +17,11 @@ import structlog.testing
 from connectors.discord import DiscordConnector
 from gateway.app import create_app
 from gateway.errors import ConfigError
+from gateway.jobs.memory_jobs import DESCRIBE_SYSTEM
 from tests.fakes import discord_api as dc
 from tests.fakes.discord_api import FakeDiscord, Guild, discord_settings, fake_discord
 from tests.fakes.llm_server import FakeLLM, Reply
+from tests.support import media
 from tests.support.fuzz.gateway_lines import forged_lines_shown, prompt_text
 from tests.support.fuzz.strategies import LINE_BREAKS, UNSEEN
 from tests.support.harness import Gateway, make_settings, running_gateway
@@ -81,6 +83,38 @@ async def test_a_dm_gets_one_reply_in_its_dm_channel(
     assert fake.sent[0].nonce is not None  # Discord drops a resend of the same part
     assert fake.sent[0].reference is None  # a DM answer is plain
     assert fake.heartbeats >= 1  # the connection was kept alive, and acknowledged
+
+
+async def test_a_photo_and_a_voice_message_are_fetched_by_where_they_are_not_their_url(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.transcripts.append("bring the blue one")
+    async with discord_gateway(database_url, tmp_path, llm) as (gw, fake):
+        channel = fake.dm_channel(int(ANN["id"]))
+        photo = fake.attach(
+            dc.message(ANN, channel, "our sofa"), "sofa.jpg", media.photo(), "image/jpeg"
+        )
+        voice = fake.attach(
+            dc.message(ANN, channel, ""), "voice-message.ogg", media.VOICE, "audio/ogg"
+        )
+        voice["attachments"][0] |= {"duration_secs": 3.4, "waveform": "AAAA"}
+        voice["flags"] = 1 << 13  # IS_VOICE_MESSAGE
+        await fake.dispatch("MESSAGE_CREATE", photo)
+        await fake.wait_until(lambda f: len(f.texts(channel)) == 1)
+        await fake.dispatch("MESSAGE_CREATE", voice)
+        await fake.wait_until(lambda f: len(f.texts(channel)) == 2)
+        stored = [m for m in await _messages(gw) if m["role"] == "user"]
+
+    turns = [r for r in llm.requests if r["messages"][0]["content"] != DESCRIBE_SYSTEM]
+    words, image = turns[0]["messages"][-1]["content"]
+    assert words["text"].endswith("our sofa\n[image 120×80, not described]")
+    assert media.shown_image(image).size == (120, 80)
+    assert turns[1]["messages"][-1]["content"] == (
+        "[source: voice note, 0:03, transcribed]\nbring the blue one"
+    )
+    assert len(fake.downloads) == 2
+    assert [(m["text"], m["source"]) for m in stored] == [("our sofa", None), ("", None)]
+    assert [[a["kind"] for a in m["attachments"]] for m in stored] == [["image"], ["audio"]]
 
 
 async def test_typed_lines_that_imitate_the_gateways_reach_the_model_escaped(

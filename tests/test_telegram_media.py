@@ -18,8 +18,7 @@ from tests.fakes.llm_server import Fail, FakeLLM
 from tests.support import media
 from tests.support.platforms import ADMIN, platform_gateway
 
-# The first bytes of an Ogg Opus voice note, as Telegram's are.
-VOICE = b"OggS\x00\x02" + bytes(22) + b"\x13OpusHead\x01\x01" + bytes(40)
+VOICE = media.VOICE
 
 
 def _user_contents(llm: FakeLLM, request: int = -1) -> list[object]:

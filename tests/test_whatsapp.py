@@ -12,8 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.jobs.memory_jobs import DESCRIBE_SYSTEM
 from tests.fakes import graph_api as wa
 from tests.fakes.llm_server import FakeLLM, Reply
+from tests.support import media
+from tests.support.media import VOICE
 from tests.support.platforms import platform_gateway
 from tests.support.polling import eventually
 
@@ -175,32 +178,46 @@ async def test_payload_shapes_get_200_or_4xx_never_500(
     assert llm.requests == []
 
 
-async def test_non_text_messages_become_placeholders_and_reactions_are_events(
+async def test_photos_and_voice_notes_are_fetched_other_media_become_placeholders(
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
-    image = {
-        "caption": "look at this",
-        "mime_type": "image/jpeg",
-        "sha256": "abc",
-        "id": "MEDIA_ID",
-    }
-    async with platform_gateway(database_url, tmp_path, llm) as p:
-        await p.whatsapp(wa.message_notification(PERSON, "image", body=image))
-        await p.wa.wait_until(lambda f: len(f.texts(PERSON)) == 1)
-        reaction = {"message_id": wa.new_wamid(), "emoji": "\N{THUMBS UP SIGN}"}
-        await p.whatsapp(wa.message_notification(PERSON, "reaction", body=reaction))
-        await p.whatsapp(wa.message_notification(PERSON, "audio", body={"id": "A", "voice": True}))
-        await p.wa.wait_until(lambda f: len(f.texts(PERSON)) == 2)
-        messages = await p.all_messages()
+    image = {"caption": "look at this", "mime_type": "image/jpeg", "sha256": "abc", "id": "MEDIA_1"}
+    voice = {"mime_type": "audio/ogg; codecs=opus", "sha256": "def", "id": "MEDIA_2", "voice": True}
+    video = {"caption": "and this", "mime_type": "video/mp4", "sha256": "ghi", "id": "MEDIA_3"}
+    llm.transcripts.append("see you at noon")
+    async with wa.fake_graph() as fake:
+        fake.media |= {"MEDIA_1": media.photo(), "MEDIA_2": VOICE}
+        fake.expire_downloads = 1  # the first URL is stale by the time it is used
+        async with platform_gateway(database_url, tmp_path, llm, wa=fake) as p:
+            await p.whatsapp(wa.message_notification(PERSON, "image", body=image))
+            await p.wa.wait_until(lambda f: len(f.texts(PERSON)) == 1)
+            reaction = {"message_id": wa.new_wamid(), "emoji": "\N{THUMBS UP SIGN}"}
+            await p.whatsapp(wa.message_notification(PERSON, "reaction", body=reaction))
+            await p.whatsapp(wa.message_notification(PERSON, "audio", body=voice))
+            await p.wa.wait_until(lambda f: len(f.texts(PERSON)) == 2)
+            await p.whatsapp(wa.message_notification(PERSON, "video", body=video))
+            await p.wa.wait_until(lambda f: len(f.texts(PERSON)) == 3)
+            messages = await p.all_messages()
 
-    assert _last_user(llm.requests[0]).startswith("[source: whatsapp image]")
-    assert "look at this" in _last_user(llm.requests[0])
-    assert _last_user(llm.requests[1]).startswith("[source: whatsapp audio]")
-    assert [(m["role"], m["source"]) for m in messages if m["role"] != "assistant"] == [
-        ("user", "whatsapp image"),
+    # The photo's URL asked for again once it had expired, with the token each time.
+    assert fake.media_lookups == ["MEDIA_1", "MEDIA_1", "MEDIA_2"]
+    assert fake.downloads == ["MEDIA_1", "MEDIA_1", "MEDIA_2"]
+    # The turns' requests (the photo's description is asked beside them).
+    photo, said, shown = (r for r in llm.requests if r["messages"][0]["content"] != DESCRIBE_SYSTEM)
+    words, image_part = photo["messages"][-1]["content"]
+    assert words["text"].endswith("look at this\n[image 120×80, not described]")
+    assert len(media.shown_image(image_part).getexif()) == 0
+    assert _last_user(said) == "[source: voice note, transcribed]\nsee you at noon"
+    assert _last_user(shown).startswith("[source: whatsapp video]")
+    assert "and this" in _last_user(shown)
+    users = [m for m in messages if m["role"] != "assistant"]
+    assert [(m["role"], m["source"]) for m in users] == [
+        ("user", None),
         ("event", "whatsapp reaction"),
-        ("user", "whatsapp audio"),
+        ("user", None),
+        ("user", "whatsapp video"),
     ]
+    assert [a["kind"] for m in users for a in m["attachments"]] == ["image", "audio"]
 
 
 async def test_statuses_move_delivery_forward_in_any_order(

@@ -41,8 +41,10 @@ from gateway.sdk import (
     ConfigError,
     DeliveryError,
     DiscordSettings,
+    FileUnavailable,
     Finding,
     InputError,
+    MediaRefused,
     Outbound,
     Pace,
     Place,
@@ -400,6 +402,32 @@ class DiscordConnector:
             raise _delivery_error(exc) from None
         return sent
 
+    async def fetch_file(self, ref: str, limit: int) -> bytes:
+        # The message is read again for the attachment's URL: a signed one, which lapses.
+        try:
+            channel_id, message_id, attachment_id = (int(part) for part in ref.split("/"))
+        except ValueError:
+            raise FileUnavailable("not a Discord attachment", transient=False) from None
+        try:
+            client = self._ready_client()
+        except DeliveryError as exc:
+            raise FileUnavailable(str(exc), transient=True) from None
+        try:
+            found = await client.http.get_message(channel_id, message_id)
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            error = _delivery_error(exc)
+            raise FileUnavailable(
+                f"Discord gave no message: {error}", transient=not isinstance(error, Undeliverable)
+            ) from None
+        attachment = next(
+            (a for a in found.get("attachments", []) if a.get("id") == str(attachment_id)), None
+        )
+        if attachment is None:
+            raise FileUnavailable("the attachment is gone from its message", transient=False)
+        if int(attachment.get("size") or 0) > limit:
+            raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
+        return await download(str(attachment.get("url", "")), limit)
+
     def _ready_client(self) -> ParleyClient:
         if self._client is None:
             raise DeliveryError("the Discord connector has not started")
@@ -412,3 +440,30 @@ def _delivery_error(exc: Exception) -> DeliveryError:
     if isinstance(exc, discord.HTTPException) and exc.status in (400, 401, 403, 404):
         return Undeliverable(f"Discord refused the message: {exc.status} {exc.text}")
     return DeliveryError(f"Discord did not take the message: {exc}")
+
+
+async def download(url: str, limit: int) -> bytes:
+    """An attachment from Discord's CDN (no token goes with it), read no further than
+    `limit`; its signed URL is never in an error."""
+    if not url.startswith(("https://", "http://")):
+        raise FileUnavailable("Discord gave no URL for the attachment", transient=False)
+    try:
+        async with (
+            httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0)) as http,
+            http.stream("GET", url) as response,
+        ):
+            if not response.is_success:
+                raise FileUnavailable(
+                    f"Discord's CDN answered HTTP {response.status_code}",
+                    transient=response.status_code == 429 or response.status_code >= 500,
+                )
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > limit:
+                    raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
+            return bytes(data)
+    except httpx.HTTPError as exc:
+        raise FileUnavailable(
+            f"Discord's CDN did not answer ({type(exc).__name__})", transient=True
+        ) from None

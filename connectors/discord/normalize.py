@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import discord
 
-from gateway.sdk import Inbound
+from gateway.sdk import Inbound, InboundFile
 
 CHANNEL = "discord"
 
@@ -21,8 +21,9 @@ def normalize(message: discord.Message, me: int, *, private: bool | None = None)
         private = isinstance(message.channel, discord.DMChannel)
     if not private and not addressed(message, me):
         return None
-    text, source = _content(message)
-    if not text:
+    files = tuple(_file(message, attachment) for attachment in message.attachments)
+    text, source = (message.clean_content.strip(), None) if files else _content(message)
+    if not text and not files:
         return None
     return Inbound(
         channel=CHANNEL,
@@ -34,6 +35,7 @@ def normalize(message: discord.Message, me: int, *, private: bool | None = None)
         source=source,
         group_id=None if private else str(message.channel.id),
         group_title="" if private else _title(message),
+        files=files,
     )
 
 
@@ -45,20 +47,45 @@ def addressed(message: discord.Message, me: int) -> bool:
     return isinstance(replied, discord.Message) and replied.author.id == me
 
 
+def file_ref(channel_id: int, message_id: int, attachment_id: int) -> str:
+    """How an attachment is fetched later: by where it is, never by its URL (signed,
+    and good for a day)."""
+    return f"{channel_id}/{message_id}/{attachment_id}"
+
+
+def _file(message: discord.Message, attachment: discord.Attachment) -> InboundFile:
+    mime = attachment.content_type or ""
+    kind = (
+        "image"
+        if mime.startswith("image/")
+        else "audio"
+        if mime.startswith("audio/")
+        else "document"
+    )
+    seconds = attachment.duration  # a voice message's
+    # A voice message is told as one, not by the name Discord gives every one of them.
+    name = "" if attachment.is_voice_message() else attachment.filename
+    return InboundFile(
+        kind,
+        file_ref(message.channel.id, message.id, attachment.id),
+        name,
+        mime,
+        None if seconds is None else round(seconds),
+    )
+
+
 def _content(message: discord.Message) -> tuple[str, str | None]:
-    """Text and source label: typed text has none; attachments and stickers get a
-    placeholder the model can speak to."""
+    """Text and source label: typed text has none; stickers get a placeholder the model
+    can speak to (files are fetched)."""
     text = message.clean_content.strip()  # mentions as @names, not <@ids>
-    things = [f"a file ({a.filename})" for a in message.attachments]
-    things += [f"a sticker ({s.name})" for s in message.stickers]
+    things = [f"a sticker ({s.name})" for s in message.stickers]
     if not things:
         return text, None
     note = (
         f"(The person sent {', '.join(things)}. Parley cannot pass it on, so you cannot "
         "see it; tell them kindly if it matters.)"
     )
-    kind = "discord attachment" if message.attachments else "discord sticker"
-    return (f"{note}\n{text}" if text else note), kind
+    return (f"{note}\n{text}" if text else note), "discord sticker"
 
 
 def _title(message: discord.Message) -> str:

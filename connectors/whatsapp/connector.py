@@ -91,6 +91,9 @@ class WhatsAppConnector:
     async def stop(self) -> None:
         await self.graph.close()
 
+    async def fetch_file(self, ref: str, limit: int) -> bytes:
+        return await self.graph.media(ref, limit)
+
     # -- intake -----------------------------------------------------------------------
 
     async def diagnose(self) -> list[Finding]:

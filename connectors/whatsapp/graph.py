@@ -7,7 +7,13 @@ from typing import Any
 
 import httpx
 
-from gateway.sdk import DeliveryError, Undeliverable, parse_retry_after
+from gateway.sdk import (
+    DeliveryError,
+    FileUnavailable,
+    MediaRefused,
+    Undeliverable,
+    parse_retry_after,
+)
 
 # Graph error codes: throughput (per number, per recipient) and generic rate limits.
 _RATE_LIMITED = {4, 80007, 130429, 131056, 613}
@@ -28,7 +34,8 @@ class WindowClosed(Undeliverable):
 
 class GraphClient:
     def __init__(self, *, api_url: str, phone_number_id: str, token: str) -> None:
-        self._url = f"{api_url.rstrip('/')}/{phone_number_id}/messages"
+        self._api = api_url.rstrip("/")
+        self._url = f"{self._api}/{phone_number_id}/messages"
         self._token = token
         self._http: httpx.AsyncClient | None = None
 
@@ -59,6 +66,63 @@ class GraphClient:
         if response.is_success:
             return answer
         raise _error(response, answer)
+
+    async def media(self, media_id: str, limit: int) -> bytes:
+        """A file a person sent: its URL asked for by the media id (a URL lasts five
+        minutes, so one that has expired by the download is asked for again, once), then
+        the bytes, read no further than `limit`."""
+        if self._http is None:
+            raise FileUnavailable("the WhatsApp connector is not started", transient=True)
+        for _ in range(2):
+            url = await self._media_url(media_id, limit)
+            data = await self._download(url, limit)
+            if data is not None:
+                return data
+        raise FileUnavailable("WhatsApp's media URL expired twice", transient=True)
+
+    async def _media_url(self, media_id: str, limit: int) -> str:
+        assert self._http is not None
+        try:
+            response = await self._http.get(f"{self._api}/{media_id}")
+            answer = response.json() if response.content else {}
+        except (httpx.HTTPError, ValueError) as exc:
+            raise FileUnavailable(
+                f"WhatsApp unreachable ({type(exc).__name__})", transient=True
+            ) from None
+        if not response.is_success or not isinstance(answer, dict):
+            error = _error(response, answer if isinstance(answer, dict) else {})
+            transient = not isinstance(error, Undeliverable)
+            raise FileUnavailable(f"WhatsApp gave no media URL: {error}", transient=transient)
+        size = answer.get("file_size")
+        if isinstance(size, int) and size > limit:
+            raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
+        url = answer.get("url")
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise FileUnavailable("WhatsApp gave no media URL", transient=False)
+        return url
+
+    async def _download(self, url: str, limit: int) -> bytes | None:
+        """The bytes; None if the URL has expired. The URL is never in an error."""
+        assert self._http is not None
+        try:
+            async with self._http.stream("GET", url) as response:
+                if response.status_code in (401, 403, 404, 410):
+                    return None
+                if not response.is_success:
+                    raise FileUnavailable(
+                        f"WhatsApp's media download answered HTTP {response.status_code}",
+                        transient=response.status_code == 429 or response.status_code >= 500,
+                    )
+                data = bytearray()
+                async for chunk in response.aiter_bytes():
+                    data += chunk
+                    if len(data) > limit:
+                        raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
+                return bytes(data)
+        except httpx.HTTPError as exc:
+            raise FileUnavailable(
+                f"WhatsApp's media download failed ({type(exc).__name__})", transient=True
+            ) from None
 
 
 def _error(response: httpx.Response, answer: dict[str, Any]) -> DeliveryError:

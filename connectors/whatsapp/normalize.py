@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.sdk import Delivery, Inbound
+from gateway.sdk import Delivery, Inbound, InboundFile
 
 CHANNEL = "whatsapp"
 OBJECT = "whatsapp_business_account"
@@ -35,6 +35,14 @@ _MEDIA = {
     "order": "an order",
 }
 _CAPTIONED = ("image", "video", "document")
+# Message type -> the kind of file Parley keeps of it (the rest are placeholders).
+_FILES = {
+    "image": "image",
+    "audio": "audio",
+    "voice": "audio",
+    "document": "document",
+    "sticker": "image",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +112,14 @@ def _message(raw: dict[str, Any], names: dict[str, str]) -> Inbound | None:
         return None
     if not isinstance(kind, str) or kind == "system":
         return None  # number changes and the like concern no conversation
-    content = _content(kind, raw)
+    body = raw.get(kind)
+    file = _file(kind, body) if isinstance(body, dict) else None
+    content: tuple[str, str | None, bool] | None
+    if file is not None:
+        caption = body.get("caption") if isinstance(body, dict) and kind in _CAPTIONED else None
+        content = (caption if isinstance(caption, str) else "", None, True)
+    else:
+        content = _content(kind, raw)
     if content is None:
         return None
     text, source, expects_reply = content
@@ -121,6 +136,7 @@ def _message(raw: dict[str, Any], names: dict[str, str]) -> Inbound | None:
         display_name=names.get(sender, ""),
         source=source,
         expects_reply=expects_reply,
+        files=() if file is None else (file,),
     )
 
 
@@ -154,6 +170,19 @@ def _content(kind: str, raw: dict[str, Any]) -> tuple[str, str | None, bool] | N
     caption = body.get("caption") if kind in _CAPTIONED else None
     text = f"{note}\n{caption}" if isinstance(caption, str) and caption else note
     return text, f"whatsapp {kind}", True
+
+
+def _file(kind: str, body: dict[str, Any]) -> InboundFile | None:
+    """The file of a message Parley reads (a photo, a voice note or audio, a document,
+    a sticker), by its media id."""
+    media_id, mime = body.get("id"), body.get("mime_type")
+    if kind not in _FILES or not isinstance(media_id, str) or not media_id:
+        return None
+    mime = mime if isinstance(mime, str) else ""
+    if kind == "sticker" and body.get("animated") is True:
+        return None  # moving: told as a placeholder, like a video
+    name = body.get("filename") if kind == "document" else None
+    return InboundFile(_FILES[kind], media_id, name if isinstance(name, str) else "", mime)
 
 
 def _choice(kind: str, body: dict[str, Any]) -> str | None:

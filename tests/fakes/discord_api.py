@@ -181,6 +181,11 @@ class FakeDiscord:
     heartbeat_interval_ms: int = 250
     # As Discord does when the portal's Message Content Intent switch is off.
     refuse_message_content: bool = False
+    # Files people attached, by attachment id, served from a CDN path; the messages
+    # that carry them, by id (a REST read of one message); the downloads asked.
+    files: dict[str, bytes] = field(default_factory=dict)
+    messages: dict[int, dict[str, Any]] = field(default_factory=dict)
+    downloads: list[str] = field(default_factory=list)
     _held: asyncio.Event | None = None  # new connections wait for it before HELLO
     _sockets: list[WebSocket] = field(default_factory=list)
     _sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -211,12 +216,54 @@ class FakeDiscord:
                     self._edit,
                     methods=["PATCH"],
                 ),
+                Route(
+                    f"{api}/channels/{{channel_id:int}}/messages/{{message_id:int}}",
+                    self._message,
+                ),
+                Route("/attachments/{channel_id:int}/{attachment_id}/{name}", self._download),
                 Route(f"{api}/channels/{{channel_id:int}}/typing", self._typing, methods=["POST"]),
                 WebSocketRoute("/gateway", self._socket),
             ]
         )
 
     # -- what a test drives ------------------------------------------------------------
+
+    def attach(
+        self, data: dict[str, Any], name: str, content: bytes, content_type: str
+    ) -> dict[str, Any]:
+        """`data` (a message) with a file attached as Discord shows one: a signed CDN URL
+        that lapses; the message kept for a REST read of it."""
+        attachment_id = snowflake()
+        channel_id = data["channel_id"]
+        self.files[attachment_id] = content
+        data["attachments"].append(
+            {
+                "id": attachment_id,
+                "filename": name,
+                "size": len(content),
+                "url": f"{self.base_url}/attachments/{channel_id}/{attachment_id}/{name}"
+                "?ex=6750a1b2&is=674f5032&hm=0123abcd",
+                "proxy_url": f"{self.base_url}/attachments/{channel_id}/{attachment_id}/{name}",
+                "content_type": content_type,
+            }
+        )
+        self.messages[int(data["id"])] = data
+        return data
+
+    async def _message(self, request: Request) -> Response:
+        """`GET /channels/{id}/messages/{id}`: one message, as REST gives it."""
+        data = self.messages.get(int(request.path_params["message_id"]))
+        if data is None:
+            return JSONResponse({"message": "Unknown Message", "code": 10008}, 404)
+        return JSONResponse({k: v for k, v in data.items() if k not in ("guild_id", "member")})
+
+    async def _download(self, request: Request) -> Response:
+        attachment_id = request.path_params["attachment_id"]
+        self.downloads.append(attachment_id)
+        if "hm" not in request.query_params:
+            return Response(status_code=404)  # unsigned: Discord's CDN serves nothing
+        data = self.files.get(attachment_id)
+        return Response(status_code=404) if data is None else Response(data)
 
     def dm_channel(self, user_id: int) -> int:
         """The DM channel between the bot and `user_id` (made on first use)."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.support.servers import serve
@@ -63,8 +63,15 @@ class FakeGraph:
         self._failures: deque[GraphFail | None] = deque()
         self._changed = asyncio.Condition()
         self._ids = itertools.count(1)
+        # Files people sent, by media id; the media URLs handed out and downloads asked
+        # (by media id); how many of the next downloads find their URL expired.
+        self.media: dict[str, bytes] = {}
+        self.media_lookups: list[str] = []
+        self.downloads: list[str] = []
+        self.expire_downloads = 0
         self.app = Starlette(
             routes=[
+                Route("/download/{media_id}", self._download),
                 Route("/{version}/{phone}/messages", self._messages, methods=["POST"]),
                 Route("/{version}/{phone}", self._phone_number),
             ]
@@ -100,6 +107,8 @@ class FakeGraph:
         if request.headers.get("authorization") != f"Bearer {TOKEN}":
             return _graph_error(401, 190, "Invalid OAuth access token - Cannot parse access token")
         phone = request.path_params["phone"]
+        if phone in self.media:
+            return self._media_url(phone)
         if phone != PHONE_NUMBER_ID:
             return _graph_error(
                 400,
@@ -114,6 +123,32 @@ class FakeGraph:
                 "id": PHONE_NUMBER_ID,
             }
         )
+
+    def _media_url(self, media_id: str) -> JSONResponse:
+        """`GET /{media_id}`: where to download the file, for five minutes."""
+        self.media_lookups.append(media_id)
+        data = self.media[media_id]
+        return JSONResponse(
+            {
+                "messaging_product": "whatsapp",
+                "url": f"{self.base_url}/download/{media_id}",
+                "mime_type": "image/jpeg",
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "file_size": len(data),
+                "id": media_id,
+            }
+        )
+
+    async def _download(self, request: Request) -> Response:
+        if request.headers.get("authorization") != f"Bearer {TOKEN}":
+            return Response(status_code=401)
+        media_id = request.path_params["media_id"]
+        self.downloads.append(media_id)
+        if self.expire_downloads:
+            self.expire_downloads -= 1
+            return Response(status_code=404)  # the URL's five minutes are up
+        data = self.media.get(media_id)
+        return Response(status_code=404) if data is None else Response(data)
 
     async def _messages(self, request: Request) -> JSONResponse:
         if request.headers.get("authorization") != f"Bearer {TOKEN}":

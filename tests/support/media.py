@@ -9,6 +9,8 @@ from typing import Any
 from PIL import ExifTags, Image
 
 GPS = ExifTags.IFD.GPSInfo
+# The first bytes of an Ogg Opus voice note, as Telegram's and WhatsApp's are.
+VOICE = b"OggS\x00\x02" + bytes(22) + b"\x13OpusHead\x01\x01" + bytes(40)
 
 
 def photo(width: int = 120, height: int = 80, *, orientation: int | None = None) -> bytes:
