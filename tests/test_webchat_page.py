@@ -18,12 +18,19 @@ from connectors.webchat.tokens import VisitorTokens
 from tests.fakes.llm_server import Behaviour, CallTools, FakeLLM, Reply
 from tests.support.harness import make_settings, running_gateway
 from tests.support.polling import eventually
-from tests.support.webpage import TIMEOUT_MS, Line, open_chat, screenshot, send_from_page
+from tests.support.webpage import (
+    TIMEOUT_MS,
+    TOKEN_KEY,
+    Line,
+    open_chat,
+    screenshot,
+    send_from_page,
+    stored_token,
+)
 
 # The fixtures `chromium`, `browser` and `page`.
 pytest_plugins = ["tests.support.browser"]
 
-TOKEN_KEY = "parley.webchat.token"
 
 pytestmark = [
     pytest.mark.browser,
@@ -57,13 +64,6 @@ async def shows(page: Page, texts: list[str]) -> None:
 async def bubbles(page: Page) -> list[list[Any]]:
     found: list[list[Any]] = await page.locator("#log .msg").evaluate_all(BUBBLES_JS)
     return found
-
-
-async def stored_token(page: Page) -> str:
-    token = await page.evaluate("key => localStorage.getItem(key)", TOKEN_KEY)
-    assert isinstance(token, str)
-    assert token
-    return token
 
 
 async def test_enter_sends_and_the_streamed_reply_becomes_one_assistant_bubble(

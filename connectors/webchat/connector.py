@@ -63,10 +63,11 @@ PAGE_CSS = PAGE.with_name("page.css")
 PAGE_JS = PAGE.with_name("page.js")
 MARKDOWN_JS = PAGE.with_name("markdown.js")
 WIDGET_JS = PAGE.with_name("widget.js")
-# Only the page's own files and its own socket (CSP3 'self' covers same-origin ws:).
+# Only the page's own files and its own socket (CSP3 'self' covers same-origin ws:);
+# images also from object URLs, which the page makes of files it read with its token.
 _PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+    "img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; "
 )
 # The demo at `/`: a site like any other, which embeds the widget's frame.
 DEMO_CSP = _PAGE_POLICY + "frame-src 'self'; frame-ancestors 'none'"

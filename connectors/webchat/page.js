@@ -5,8 +5,13 @@
   const typing = document.getElementById("typing");
   const form = document.getElementById("send");
   const input = document.getElementById("text");
+  const picker = document.getElementById("file");
+  const previews = document.getElementById("attached");
+  const problem = document.getElementById("problem");
   const shown = new Map();  // seq -> element
-  const pending = new Map();  // client_id -> { text, el }, until the server has stored it
+  const pending = new Map();  // client_id -> { text, files, el }, until the server has stored it
+  const MAX_FILES = 10;  // a message's, as the server takes them
+  let attached = [];  // { name, img, li, id, uploaded }: the images for the next message
   let lastSeq = 0, seenSeq = 0, unread = -1, socket = null, draft = null, backoff = 500;
   let started = false, typingTimer = 0;
   // History opens at the newest RECENT messages (and any unread); older pages of PAGE are
@@ -175,6 +180,8 @@
     el.dataset.seq = m.seq;
     if (m.role === "assistant") el.append(window.ParleyMarkdown.render(m.text));
     else el.textContent = m.text;
+    const images = m.attachments.filter((a) => a.kind === "image");
+    if (images.length) el.prepend(pictures(images.map(fetched)));
     if (m.channel !== "webchat") {
       const via = document.createElement("span");
       via.className = "via";
@@ -185,6 +192,45 @@
     if (m.role !== "user" || m.channel !== "webchat") el.dataset.other = "";
     place(el, m.seq, m.role, older);
   }
+
+  function pictures(imgs) {
+    const box = document.createElement("div");
+    box.className = "pics";
+    box.append(...imgs);
+    return box;
+  }
+
+  // The file answers only to the visitor's token, so it is read here, not by the <img>.
+  function fetched(a) {
+    const img = document.createElement("img");
+    img.alt = a.text || "Image";
+    load(img, a.id).catch(() => {});  // left as its alt text
+    return img;
+  }
+
+  async function load(img, id) {
+    const r = await fetch(`/webchat/attachments/${id}`, {
+      headers: { Authorization: "Bearer " + (await token()) },
+    });
+    if (!r.ok) return;
+    const blob = await r.blob();
+    // Gone meanwhile (the log cleared): a URL made now would never be revoked.
+    if (img.isConnected) img.src = URL.createObjectURL(blob);
+  }
+
+  // An object URL lasts as long as its image is on the page: whatever takes one away
+  // (a removed preview, a bubble replaced, the log cleared) frees it here. An image moved
+  // elsewhere (from a preview into its message and back) is on the page again by now.
+  new MutationObserver((records) => {
+    for (const r of records) {
+      for (const node of r.removedNodes) {
+        if (node.isConnected || !node.querySelectorAll) continue;
+        for (const img of node.tagName === "IMG" ? [node] : node.querySelectorAll("img")) {
+          if (img.src.startsWith("blob:")) URL.revokeObjectURL(img.src);
+        }
+      }
+    }
+  }).observe(document.body, { childList: true, subtree: true });
 
   // Keep seq order even if a message arrives late; unsent messages stay last.
   function place(el, seq, role, older) {
@@ -282,7 +328,7 @@
       if (lastSeq === 0) resume.recent = RECENT;
       ws.send(JSON.stringify(resume));
       // Messages the last socket may not have delivered: the server stores each once.
-      for (const [id, p] of pending) ws.send(JSON.stringify({ type: "message", text: p.text, client_id: id }));
+      for (const [id, p] of pending) sendFrame(ws, id, p);
     };
     ws.onmessage = (e) => {
       const f = JSON.parse(e.data);
@@ -360,14 +406,21 @@
     draft = null;
   }
 
+  function sendFrame(ws, clientId, p) {
+    const attachments = p.files.map((a) => a.id);
+    ws.send(JSON.stringify({ type: "message", text: p.text, client_id: clientId, attachments }));
+  }
+
   // A message the server refused goes back into the box, so nothing typed is lost;
-  // unless something new is being typed there, which must not be overwritten.
+  // unless something new is being typed there, which must not be overwritten. Its
+  // images go back among those to send.
   function giveBack(clientId) {
     const p = pending.get(clientId);
     if (!p) return;
     pending.delete(clientId);
     p.el.remove();
     if (input.value === "") input.value = p.text;
+    for (const a of p.files) if (attached.length < MAX_FILES) preview(a);
   }
 
   // Every failure to connect, including failing to start a session, tries again later.
@@ -381,24 +434,129 @@
     retry();
   }
 
-  form.addEventListener("submit", (e) => {
+  // Images: each is uploaded as soon as it is chosen, shown meanwhile from the visitor's
+  // own copy; a refused one goes, with a word why, and nothing else does.
+  const REFUSED = {
+    413: "That file is too large.",
+    415: "Only images can be sent (JPEG, PNG, WebP or GIF).",
+    422: "That image could not be read.",
+    429: "Too many uploads: wait a minute and try again.",
+  };
+  const accepted = picker.accept.split(",");
+
+  function warn(text) {
+    problem.textContent = text;
+    problem.hidden = !text;
+  }
+
+  function attach(files) {
+    warn("");
+    for (const file of files) {
+      if (attached.length >= MAX_FILES) { warn(`At most ${MAX_FILES} images a message.`); return; }
+      if (!accepted.includes(file.type)) { warn(REFUSED[415]); continue; }
+      const img = document.createElement("img");
+      img.src = URL.createObjectURL(file);
+      const a = { name: file.name || "image", img, id: 0 };
+      preview(a);
+      a.uploaded = upload(a, file);
+    }
+  }
+
+  function preview(a) {
+    a.img.alt = a.name;
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "remove";
+    remove.textContent = "×";
+    remove.setAttribute("aria-label", "Remove " + a.name);
+    remove.addEventListener("click", () => { unattach(a); input.focus(); });
+    a.li = document.createElement("li");
+    a.li.append(a.img, remove);
+    previews.append(a.li);
+    attached.push(a);
+    previews.hidden = false;
+  }
+
+  function unattach(a) {
+    attached = attached.filter((b) => b !== a);
+    a.li.remove();
+    previews.hidden = attached.length === 0;
+  }
+
+  async function upload(a, file) {
+    a.li.dataset.state = "uploading";
+    const body = new FormData();
+    body.append("file", file);
+    const send = (t) => fetch("/webchat/uploads", {
+      method: "POST",
+      headers: { Authorization: "Bearer " + t },
+      body,
+    });
+    const r = await token().then(send).catch(() => null);  // offline, or no session: said below
+    if (r && r.ok) {
+      a.id = (await r.json()).attachment_id;
+      delete a.li.dataset.state;
+    } else if (attached.includes(a)) {
+      unattach(a);
+      warn(REFUSED[r && r.status] || "That image could not be uploaded: try again.");
+    }
+  }
+
+  document.getElementById("attach").addEventListener("click", () => picker.click());
+  picker.addEventListener("change", () => {
+    attach([...picker.files]);
+    picker.value = "";  // the same file may be chosen again
+  });
+  input.addEventListener("paste", (e) => {
+    const files = [...e.clipboardData.files];
+    if (!files.length) return;
+    // A picture copied from a page may come with words of its own; a bare one is no text.
+    if (!e.clipboardData.types.includes("text/plain")) e.preventDefault();
+    attach(files);
+  });
+  // Files dropped anywhere on the chat are attached, never opened in its place.
+  document.addEventListener("dragover", (e) => {
+    if (!e.dataTransfer.types.includes("Files")) return;
     e.preventDefault();
+    e.dataTransfer.dropEffect = "copy";
+    document.body.classList.add("dropping");
+  });
+  document.addEventListener("dragleave", (e) => {
+    if (!e.relatedTarget) document.body.classList.remove("dropping");  // left the page
+  });
+  document.addEventListener("drop", (e) => {
+    document.body.classList.remove("dropping");
+    if (!e.dataTransfer.files.length) return;
+    e.preventDefault();
+    attach([...e.dataTransfer.files]);
+  });
+
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    // An image still uploading goes with this message: it waits for it.
+    await Promise.all(attached.map((a) => a.uploaded));
     const text = input.value;
-    if (!text.trim()) return;
+    const files = attached.filter((a) => a.id);
+    if (!text.trim() && !files.length) return;
     start();
     const raw = (crypto.randomUUID && crypto.randomUUID()) || String(Date.now()) + Math.random();
     const id = raw.replace(/[^\w.:-]/g, "");
     // Shown at once as sending; it becomes the stored message when the server says so,
-    // and is sent again after a reconnect until then.
+    // and is sent again after a reconnect until then. Its images move from the previews
+    // into it, already loaded.
     const el = bubble("user");
     el.textContent = text;
-    el.dataset.state = "sending";
-    pending.set(id, { text, el });
-    log.scrollTop = log.scrollHeight;
-    if (socket && socket.readyState === WebSocket.OPEN) {
-      socket.send(JSON.stringify({ type: "message", text, client_id: id }));
+    if (files.length) {
+      el.prepend(pictures(files.map((a) => a.img)));
+      for (const a of files) { a.img.alt = "Image"; unattach(a); }
     }
+    el.dataset.state = "sending";
+    const p = { text, files, el };
+    pending.set(id, p);
+    log.scrollTop = log.scrollHeight;
+    if (socket && socket.readyState === WebSocket.OPEN) sendFrame(socket, id, p);
     input.value = "";
+    warn("");
   });
   input.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); }

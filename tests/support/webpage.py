@@ -12,6 +12,8 @@ from pathlib import Path
 from playwright.async_api import ConsoleMessage, Page, WebSocketRoute, expect
 
 TIMEOUT_MS = 10_000
+# Where the page keeps its visitor token.
+TOKEN_KEY = "parley.webchat.token"
 
 
 def csp_violations(page: Page) -> list[str]:
@@ -30,6 +32,14 @@ async def open_chat(page: Page, url: str) -> None:
     """The chat as a page of its own (the widget's frame, opened directly)."""
     await page.goto(url + "/webchat/frame")
     await expect(page.locator("#status")).to_have_text("online", timeout=TIMEOUT_MS)
+
+
+async def stored_token(page: Page) -> str:
+    """The visitor token the page keeps."""
+    token = await page.evaluate("key => localStorage.getItem(key)", TOKEN_KEY)
+    assert isinstance(token, str)
+    assert token
+    return token
 
 
 async def send_from_page(page: Page, text: str) -> None:
