@@ -325,6 +325,7 @@ def import_file(
         "profile_lines",
         "retired_facts",
         "schedules",
+        "attachments",
     ):
         tally = getattr(counts, name)
         typer.echo(f"{name}: {tally.created} created, {tally.skipped} already here")

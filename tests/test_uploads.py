@@ -7,6 +7,7 @@ leaves none."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import struct
@@ -368,6 +369,62 @@ async def test_erasing_a_person_removes_their_files_sent_or_only_uploaded(
     if database_url.startswith("sqlite"):  # the database, -wal and -shm
         assert before
         assert _files_with(tmp_path, needle) == []
+
+
+async def test_export_erase_import_gives_the_files_back_byte_for_byte(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, session = await gw.visitor()
+        sent = (await _upload(gw, token, media.photo())).json()["attachment_id"]
+        await _send(gw, token, "a photo", [sent])
+        await gw.services.runner.idle()
+        kept = (await gw.http.get(f"/api/v1/attachments/{sent}", headers=ADMIN)).content
+        user_id = (await gw.http.get(f"/api/v1/sessions/{session}", headers=ADMIN)).json()[
+            "user_id"
+        ]
+        export = (await gw.http.get(f"/api/v1/users/{user_id}/export", headers=ADMIN)).content
+        await gw.http.delete(f"/api/v1/users/{user_id}", headers=ADMIN)
+        ndjson = {"Content-Type": "application/x-ndjson"} | ADMIN
+        tampered = await gw.http.post("/api/v1/import", content=_tamper(export), headers=ndjson)
+        left = (await gw.http.get("/api/v1/users", headers=ADMIN)).json()["items"]
+        imported = await gw.http.post("/api/v1/import", content=export, headers=ndjson)
+        again = await gw.http.post("/api/v1/import", content=export, headers=ndjson)
+        new_user = imported.json()["user_id"]
+        [back] = (
+            await gw.http.get("/api/v1/sessions", params={"user_id": new_user}, headers=ADMIN)
+        ).json()["items"]
+        messages = (
+            await gw.http.get(f"/api/v1/sessions/{back['id']}/messages", headers=ADMIN)
+        ).json()["items"]
+        [file] = [a for m in messages for a in m["attachments"]]
+        restored = (await gw.http.get(f"/api/v1/attachments/{file['id']}", headers=ADMIN)).content
+
+    records = [json.loads(line) for line in export.splitlines()]
+    [record] = [r for r in records if r.get("type") == "attachment"]
+    assert records[0]["counts"]["attachments"] == 1
+    assert (record["seq"], record["kind"], record["mime"]) == (1, "image", "image/jpeg")
+    # Bytes that are not what the file says they are: refused, naming the line; nothing in.
+    assert tampered.status_code == 422, tampered.text
+    assert "sha256" in tampered.text
+    assert left == []
+    assert imported.status_code == 200, imported.text
+    assert imported.json()["attachments"] == {"created": 1, "skipped": 0}
+    assert again.json()["attachments"] == {"created": 0, "skipped": 1}
+    assert restored == kept
+
+
+def _tamper(export: bytes) -> bytes:
+    """The export with one byte of its file changed."""
+    lines = []
+    for line in export.splitlines():
+        record = json.loads(line)
+        if record.get("type") == "attachment":
+            data = bytearray(base64.b64decode(record["data"]))
+            data[-3] ^= 0xFF
+            record["data"] = base64.b64encode(bytes(data)).decode()
+        lines.append(json.dumps(record).encode())
+    return b"\n".join(lines)
 
 
 def _files_with(root: Path, needle: bytes) -> list[Path]:

@@ -2,8 +2,8 @@
 
 What goes: the person, their identities, their own conversation with every message
 and chunk (transcripts and summaries, levels, seq ranges, parents), their profile
-lines with evidence, their retired facts, and the reminders and follow-ups of their
-conversation with their firings. Their messages in group conversations
+lines with evidence, their retired facts, the files sent with their messages (bytes
+and all), and the reminders and follow-ups of their conversation with their firings. Their messages in group conversations
 do not: a group's history is the group's, and would not go back into it (erasure
 deletes them all the same).
 
@@ -15,6 +15,7 @@ one page, in its own short transaction.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
 from memory.portable.format import (
+    ATTACHMENT,
     CHUNK,
     CONVERSATION,
     FORMAT,
@@ -40,6 +42,7 @@ from memory.portable.format import (
     when,
 )
 from memory.storage.models import (
+    Attachment,
     Chunk,
     Conversation,
     Identity,
@@ -71,6 +74,7 @@ class ExportCounts:
     profile_lines: int
     retired_facts: int
     schedules: int
+    attachments: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +154,19 @@ class Exports:
             for row in page:
                 yield encode(_message(row))
             seq = page[-1][0].seq
+        async for line in self._attachments(bounds):
+            yield line
+
+    async def _attachments(self, bounds: _Bounds) -> AsyncIterator[str]:
+        """The files of the messages exported, each read (bytes and all) on its own: a
+        file may be 20 MB, and only one is held at a time."""
+        last = 0
+        while ids := await self._read(_attachment_page(bounds, last, self._page)):
+            for attachment_id, seq in ids:
+                found = await self._read(select(Attachment).where(Attachment.id == attachment_id))
+                if found:  # erased meanwhile: gone from the export too
+                    yield encode(_attachment(found[0][0], seq))
+            last = ids[-1][0]
 
     async def _profile(self, profile: Profile | None, bounds: _Bounds) -> AsyncIterator[str]:
         if profile is None or not profile.text:
@@ -250,6 +267,12 @@ async def _begin(session: AsyncSession, user_id: uuid.UUID) -> tuple[_Bounds, Ex
             )
         )
     ).one()
+    attachments = await session.scalar(
+        select(func.count())
+        .select_from(Attachment)
+        .join(Message, Message.id == Attachment.message_id)
+        .where(in_it, Message.seq <= last_seq)
+    )
     first_message = None if first is None else {"seq": first[0], "created_at": when(first[1])}
     bounds = _Bounds(
         conversation_id,
@@ -268,6 +291,7 @@ async def _begin(session: AsyncSession, user_id: uuid.UUID) -> tuple[_Bounds, Ex
         profile_lines=await _profile_lines(session, user_id),
         retired_facts=int(retired[0]),
         schedules=int(schedules[0]),
+        attachments=int(attachments or 0),
     )
     return bounds, counts
 
@@ -315,6 +339,21 @@ def _message_page(conversation_id: uuid.UUID, after_seq: int, bounds: _Bounds, s
             Message.seq <= bounds.last_seq,
         )
         .order_by(Message.seq)
+        .limit(size)
+    )
+
+
+def _attachment_page(bounds: _Bounds, after_id: int, size: int) -> _Query:
+    """The next files' ids and their messages' seqs (not their bytes)."""
+    return (
+        select(Attachment.id, Message.seq)
+        .join(Message, Message.id == Attachment.message_id)
+        .where(
+            Message.conversation_id == bounds.conversation_id,
+            Message.seq <= bounds.last_seq,
+            Attachment.id > after_id,
+        )
+        .order_by(Attachment.id)
         .limit(size)
     )
 
@@ -404,6 +443,24 @@ def _message(row: Any) -> dict[str, Any]:
         "usage_completion": message.usage_completion,
         "media": message.media,
         "text": message.text,
+    }
+
+
+def _attachment(attachment: Attachment, seq: int) -> dict[str, Any]:
+    return {
+        "type": ATTACHMENT,
+        "seq": seq,
+        "kind": attachment.kind.value,
+        "state": attachment.state.value,
+        "mime": attachment.mime,
+        "file_name": attachment.file_name,
+        "width": attachment.width,
+        "height": attachment.height,
+        "duration": attachment.duration,
+        "text": attachment.text,
+        "created_at": when(attachment.created_at),
+        "sha256": attachment.sha256 or None,
+        "data": base64.b64encode(attachment.data).decode("ascii"),
     }
 
 

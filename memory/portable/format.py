@@ -3,9 +3,10 @@
 Line 1 is the header, `{"format": "parley-export", "version": 1, "exported_at",
 "user": {...}, "counts": {...}}`; every other line is a record with a `"type"`, in this
 order: `identity`, `conversation` (the person's own), `chunk` (highest level first, so
-a parent comes before its children), `message` (by seq), `profile_line` (in profile
-order), `retired_fact`, `schedule` (a reminder or follow-up of the conversation, with
-its firings). Times are ISO 8601 with their offset. The conversation names
+a parent comes before its children), `message` (by seq), `attachment` (a file of a
+message, named by its seq, with its bytes in base64 and their SHA-256), `profile_line`
+(in profile order), `retired_fact`, `schedule` (a reminder or follow-up of the
+conversation, with its firings). Times are ISO 8601 with their offset. The conversation names
 its first message (`first_message`: seq and time), which tells one history from another
 and is what shows that a file is the history of a person here (owner.py).
 
@@ -34,10 +35,20 @@ IDENTITY = "identity"
 CONVERSATION = "conversation"
 CHUNK = "chunk"
 MESSAGE = "message"
+ATTACHMENT = "attachment"
 PROFILE_LINE = "profile_line"
 RETIRED_FACT = "retired_fact"
 SCHEDULE = "schedule"
-ORDER = (IDENTITY, CONVERSATION, CHUNK, MESSAGE, PROFILE_LINE, RETIRED_FACT, SCHEDULE)
+ORDER = (
+    IDENTITY,
+    CONVERSATION,
+    CHUNK,
+    MESSAGE,
+    ATTACHMENT,
+    PROFILE_LINE,
+    RETIRED_FACT,
+    SCHEDULE,
+)
 
 _MAX_INT64 = 2**63 - 1
 

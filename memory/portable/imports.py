@@ -43,6 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from memory.archive.transcript import transcript_path, write_transcript
 from memory.portable import rows
 from memory.portable.format import (
+    ATTACHMENT,
     CHUNK,
     CONVERSATION,
     IDENTITY,
@@ -180,7 +181,7 @@ class _Run:
         if position < self._stage:
             raise fields.error(f"a {kind} record after {ORDER[self._stage]} records")
         await self._advance(position)
-        if kind in (CHUNK, MESSAGE) and self._tables.conversation_id is None:
+        if kind in (CHUNK, MESSAGE, ATTACHMENT) and self._tables.conversation_id is None:
             raise fields.error(f"a {kind} record before the conversation")
         if kind == IDENTITY:
             self._identities.append(rows.identity(fields))
@@ -198,6 +199,9 @@ class _Run:
             if len(self._messages) >= self._page:
                 await self._tables.messages(self._messages)
                 self._messages.clear()
+        elif kind == ATTACHMENT:
+            # Each on its own: a file may be 20 MB, and only one is held at a time.
+            await self._tables.attachment(rows.attachment(fields))
         elif kind == PROFILE_LINE:
             self._profile.append(rows.profile_line(fields))
         elif kind == SCHEDULE:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,6 +13,8 @@ from memory.portable.format import AuthorKey, ChunkKey, Fields
 from memory.profile.facts import Evidence
 from memory.provenance import from_gateway
 from memory.storage.models import (
+    AttachmentKind,
+    AttachmentState,
     ChunkStatus,
     Delivery,
     FireOutcome,
@@ -203,6 +207,49 @@ def message(record: Fields) -> MessageRow:
         "media": record.text_or_none("media", limit=MEDIA_CHARS, cut=True),
     }
     return MessageRow(record.author_key("author"), record.chunk_key("chunk"), values)
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentRow:
+    seq: int  # its message's
+    values: dict[str, Any]  # the columns, but for the message
+
+
+# A file's text (a transcript, a description, a document's words) as a model reads it.
+FILE_TEXT_CHARS = 1_000_000
+MIME_CHARS = 100
+FILE_NAME_CHARS = 255
+
+
+def attachment(record: Fields) -> AttachmentRow:
+    encoded = record.text("data")
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except ValueError:
+        raise record.error("'data' is not base64") from None
+    digest = hashlib.sha256(data).hexdigest()
+    said = record.text_or_none("sha256")
+    if said is not None and said != digest:
+        raise record.error("the file's bytes do not match its sha256")
+    state = record.choice("state", AttachmentState)
+    if state is AttachmentState.FETCHING:
+        # Never fetched before the export: it will not be here either.
+        state = AttachmentState.FAILED
+    values = {
+        "kind": record.choice("kind", AttachmentKind),
+        "state": state,
+        "mime": record.text_or_none("mime", limit=MIME_CHARS) or "application/octet-stream",
+        "file_name": record.text_or_none("file_name", limit=FILE_NAME_CHARS, cut=True) or "",
+        "width": record.integer_or_none("width"),
+        "height": record.integer_or_none("height"),
+        "duration": record.integer_or_none("duration"),
+        "text": record.text_or_none("text", limit=FILE_TEXT_CHARS, cut=True),
+        "created_at": record.time("created_at"),
+        "size": len(data),
+        "sha256": digest,
+        "data": data,
+    }
+    return AttachmentRow(record.integer("seq"), values)
 
 
 def _source(record: Fields) -> str | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, case, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory.portable import owner, rows
@@ -22,6 +22,7 @@ from memory.storage import profile_rows
 from memory.storage.conversations import personal_conversation
 from memory.storage.inserts import insert_or_skip
 from memory.storage.models import (
+    Attachment,
     Chunk,
     Conversation,
     Identity,
@@ -53,6 +54,7 @@ class ImportCounts:
     profile_lines: Tally
     retired_facts: Tally
     schedules: Tally
+    attachments: Tally
     transcript_files: int  # written under the archive directory
     # Rows of the file not imported because this database holds something else there.
     conflicts: int
@@ -91,6 +93,7 @@ class Tables:
                 "profile_lines",
                 "retired_facts",
                 "schedules",
+                "attachments",
             )
         }
         self._conflicts = 0
@@ -237,6 +240,29 @@ class Tables:
             )
         await self._check_skipped([v for v in values if v["seq"] not in created])
         self._counts["messages"].created += len(created)
+
+    async def attachment(self, row: rows.AttachmentRow) -> None:
+        """A file of a message imported (or here already), unless the message has it:
+        the same bytes under the same name. A file of no message here is a conflict."""
+        session = self._session
+        message_id = await session.scalar(
+            select(Message.id).where(
+                Message.conversation_id == self.conversation_id, Message.seq == row.seq
+            )
+        )
+        if message_id is None:
+            self._conflicts += 1
+            return
+        here = await session.scalar(
+            select(Attachment.id).where(
+                Attachment.message_id == message_id,
+                Attachment.sha256 == row.values["sha256"],
+                Attachment.file_name == row.values["file_name"],
+            )
+        )
+        if here is None:
+            await session.execute(insert(Attachment).values(**row.values, message_id=message_id))
+        self._counts["attachments"].add(here is None)
 
     def _message_values(self, message: rows.MessageRow) -> dict[str, Any]:
         author = None if message.author is None else self._authors.get(message.author)

@@ -54,6 +54,7 @@ class Imported(BaseModel):
     profile_lines: Tally
     retired_facts: Tally
     schedules: Tally
+    attachments: Tally
     transcript_files: int
     conflicts: int = 0
 
