@@ -42,6 +42,8 @@ _CAPPED = {
     "telegram": logging.INFO,
     # Debug: every gateway event and REST payload, message content included.
     "discord": logging.INFO,
+    # Warnings about oddities in the PDFs people send: the sender's business, not ours.
+    "pypdf": logging.ERROR,
     # Debug: every statement with its parameters (message text).
     "aiosqlite": logging.INFO,
     "asyncpg": logging.INFO,

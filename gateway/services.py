@@ -47,6 +47,7 @@ from gateway.secrets import require_shared_key
 from gateway.settings import Settings
 from gateway.turns.answering import TurnLimits
 from gateway.turns.budget import Budgets, DailyCaps
+from gateway.turns.file_tools import FileTools
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.recall_tools import RecallTools
@@ -179,7 +180,11 @@ class Services:
             concurrency=settings.turn_concurrency,
             metrics=metrics,
             recall=Toolbox(
-                (RecallTools(Recall(archive, repos.search, profiles)), ReminderTools(planner)),
+                (
+                    RecallTools(Recall(archive, repos.search, profiles)),
+                    ReminderTools(planner),
+                    FileTools(repos.attachments),
+                ),
                 repos.lookups,
                 clock,
             ),

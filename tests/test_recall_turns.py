@@ -17,6 +17,7 @@ from sqlalchemy import select
 from gateway.jobs.queue import EmbeddedQueue
 from gateway.reminders.tools import TOOLS as REMINDER_TOOLS
 from gateway.turns.answering import ANSWER_CHARS, TOOL_LIMIT_NOTICE
+from gateway.turns.file_tools import TOOLS as FILE_TOOLS
 from gateway.turns.recall_tools import GUIDE, TOOLS
 from gateway.turns.steps import tools_tokens
 from memory.storage.engine import session_factory
@@ -258,7 +259,7 @@ async def test_the_recall_guide_is_in_the_prompt_only_where_tools_are_offered(
         assert "archive_search" in json.dumps(request["tools"])
         # The prompt as sent: its messages and the tools it declares.
         said = sum(message_tokens(str(m["content"])) for m in request["messages"])
-        assert prompt_tokens == said + tools_tokens(TOOLS + REMINDER_TOOLS)
+        assert prompt_tokens == said + tools_tokens(TOOLS + REMINDER_TOOLS + FILE_TOOLS)
     else:
         assert "No language model is configured" in answered.json()["reply"]["text"]
         assert prompt_tokens < estimate_tokens(GUIDE)  # persona, clock and "hello" only

@@ -7,14 +7,16 @@ clear line and a normal reply, and the bot's token is never in a log line."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
 
 from tests.fakes import telegram_api as tg
-from tests.fakes.llm_server import Fail, FakeLLM
+from tests.fakes.llm_server import Behaviour, CallTools, Fail, FakeLLM
 from tests.support import media
 from tests.support.platforms import ADMIN, platform_gateway
 
@@ -151,3 +153,55 @@ async def test_a_file_telegram_does_not_give_leaves_a_clear_line_and_a_normal_re
     assert all(reply != "" for reply in fake.texts(3333))
     assert tg.TOKEN not in repr(logs)
     assert tg.TOKEN not in caplog.text
+
+
+async def test_a_pdf_shows_its_start_and_the_model_reads_on_with_attachment_read(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    first = "Tenancy agreement. " + "The tenant keeps the flat tidy. " * 60
+    document = tg.text_update(3333, "", message_id=701)
+    del document["message"]["text"]
+    document["message"] |= {
+        "document": {
+            "file_id": "BQAD-lease",
+            "file_unique_id": "AgAD7",
+            "file_name": "lease.pdf",
+            "mime_type": "application/pdf",
+        },
+        "caption": "what does page 2 say?",
+    }
+
+    def reading(body: dict[str, Any], number: int) -> Behaviour | None:
+        told = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
+        named = re.search(r"\(attachment (\d+)\)", told) if isinstance(told, str) else None
+        if named and not any(m["role"] == "tool" for m in body["messages"]):
+            read = {"attachment_id": int(named.group(1)), "page": 2}
+            return CallTools([("attachment_read", read)])
+        return None
+
+    llm.responder = reading
+    async with tg.fake_telegram() as fake:
+        fake.files["BQAD-lease"] = media.pdf([first, "Rent is 950 euros a month."])
+        async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
+            await p.telegram(document)
+            await fake.wait_until(lambda f: len(f.texts(3333)) == 1)
+            [message] = [m for m in await p.all_messages() if m["role"] == "user"]
+
+    [file] = message["attachments"]
+    told = _user_contents(llm, 0)[-1]
+    assert isinstance(told, str)
+    # The caption, then the document's start behind its source line, and how to read on.
+    assert told.split("\n", 1)[1].startswith(  # after the time it was sent
+        f"what does page 2 say?\n[source: file lease.pdf (attachment {file['id']}), 2 pages]\n"
+        "Tenancy agreement."
+    )
+    assert told.endswith(
+        f"[… more: attachment_read with attachment_id {file['id']} and a page number]"
+    )
+    assert "950 euros" not in told
+    [result] = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"]
+    assert result == (
+        f"[source: file lease.pdf (attachment {file['id']}), page 2 of 2]\n"
+        "Rent is 950 euros a month."
+    )
+    assert (file["kind"], file["mime"], file["state"]) == ("document", "application/pdf", "ready")

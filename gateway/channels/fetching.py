@@ -24,6 +24,7 @@ from gateway.channels.port import Connector, FetchesFiles
 from gateway.clock import Clock
 from gateway.errors import FileUnavailable, LLMError, MediaRefused
 from gateway.llm.transcribe import Transcriber
+from gateway.media.documents import document_text
 from gateway.media.files import ReadFile, read_file
 from gateway.metrics import Metrics
 from memory.storage.attachments import Attachments, Fetched, FileToFetch
@@ -142,7 +143,12 @@ class Fetcher:
         if file.kind is AttachmentKind.IMAGE and read.kind != "image":
             # Said to be a photo, and not one: nothing a model is shown as an image.
             return Fetched(AttachmentState.UNSUPPORTED)
-        transcript = await self._transcript(file, read) if read.kind == "audio" else None
+        if read.kind == "audio":
+            text = await self._transcript(file, read)
+        elif read.kind == "document":
+            text = await asyncio.to_thread(document_text, read.mime, read.data)
+        else:
+            text = None
         return Fetched(
             AttachmentState.READY,
             AttachmentKind(read.kind),
@@ -150,7 +156,7 @@ class Fetcher:
             read.data,
             read.width,
             read.height,
-            transcript,
+            text,
         )
 
     async def _transcript(self, file: FileToFetch, read: ReadFile) -> str | None:

@@ -127,6 +127,19 @@ _VIEW_COLUMNS = (
 
 # Ends the line of a file still being fetched: a turn waits while one says it.
 FETCHING_MARK = ", still being fetched]"
+# A document's text keeps its pages apart with this (a PDF's own pages); a text file's
+# pages are pieces of `TEXT_PAGE_CHARS`.
+PAGE_BREAK = "\f"
+TEXT_PAGE_CHARS = 4000
+# What a prompt shows of a document: its start; the model reads on with a tool.
+DOCUMENT_START_CHARS = 1500
+
+
+def pages(text: str) -> list[str]:
+    """A document's text as its pages."""
+    if PAGE_BREAK in text:
+        return text.split(PAGE_BREAK)
+    return [text[i : i + TEXT_PAGE_CHARS] for i in range(0, len(text), TEXT_PAGE_CHARS)] or [""]
 
 
 def media_line(view: AttachmentView) -> str:
@@ -144,6 +157,8 @@ def media_line(view: AttachmentView) -> str:
     if view.text and view.kind is AttachmentKind.AUDIO:
         # The person's own words, said rather than typed.
         return f"[source: {what}, transcribed]\n{view.text}"
+    if view.text and view.kind is AttachmentKind.DOCUMENT:
+        return _document_line(view, what, view.text)
     if view.text:
         return f"[{view.kind.value}: {view.text}]"
     if view.kind is AttachmentKind.IMAGE:
@@ -151,6 +166,18 @@ def media_line(view: AttachmentView) -> str:
     if view.kind is AttachmentKind.AUDIO:
         return f"[{what}, not transcribed]"
     return f"[{what}, {view.size:,} bytes, not read]"
+
+
+def _document_line(view: AttachmentView, what: str, text: str) -> str:
+    """A document's start, behind its source line (its words are the file's, not the
+    person's); where there is more, how to read on."""
+    paged = pages(text)
+    count = f"{len(paged)} page{'s' * (len(paged) != 1)}"
+    start = text.replace(PAGE_BREAK, "\n\n").strip()
+    line = f"[source: {what} (attachment {view.id}), {count}]\n{start[:DOCUMENT_START_CHARS]}"
+    if len(start) > DOCUMENT_START_CHARS:
+        line += f"\n[… more: attachment_read with attachment_id {view.id} and a page number]"
+    return line
 
 
 def _what(view: AttachmentView) -> str:
@@ -429,6 +456,24 @@ class Attachments:
                 return False
             await _retell(session, message_id)
         return True
+
+    async def text_in(
+        self, conversation_id: uuid.UUID, attachment_id: int
+    ) -> tuple[str, str | None] | None:
+        """A file sent in the conversation: its name and its text; None if it is not
+        one of the conversation's."""
+        async with self._sessions() as session:
+            row = (
+                await session.execute(
+                    select(Attachment.file_name, Attachment.mime, Attachment.text)
+                    .join(Message, Message.id == Attachment.message_id)
+                    .where(
+                        Attachment.id == attachment_id,
+                        Message.conversation_id == conversation_id,
+                    )
+                )
+            ).one_or_none()
+        return None if row is None else (row.file_name or row.mime, row.text)
 
     async def content(self, attachment_id: int) -> tuple[AttachmentView, bytes] | None:
         async with self._sessions() as session:
