@@ -9,6 +9,7 @@ skip with a reason when it is missing, except under CI=true, where they fail.
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,11 @@ from memory.storage.models import (
 )
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, FakeLLM, Reply
+from tests.support import media
 from tests.support.archive_checks import request_kind
 from tests.support.dashboard import DESKTOP, PHONE, Dashboard, Dialogs, dashboard, sign_in
 from tests.support.polling import eventually
-from tests.support.webpage import screenshot
+from tests.support.webpage import csp_violations, screenshot
 
 # The fixtures `chromium`, `browser` and `page`.
 pytest_plugins = ["tests.support.browser"]
@@ -232,6 +234,54 @@ async def test_a_reply_the_platform_refuses_turns_failed_live_with_its_reason_an
     assert stored is not None
     assert "qxrefusal42" in stored
     assert delivered == Delivery.SENT
+
+
+async def test_a_persons_files_are_shown_played_or_only_downloaded(
+    database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
+) -> None:
+    page_file = tg.text_update(100, "", message_id=9003)
+    del page_file["message"]["text"]
+    page_file["message"]["document"] = {
+        "file_id": "BQAD-svg",
+        "file_unique_id": "AgAD9",
+        "file_name": "drawing.svg",
+        "mime_type": "image/svg+xml",
+    }
+    async with dashboard(database_url, tmp_path, llm, page) as d:
+        d.p.tg.files |= {"AgAD-large": media.photo(), "AwAD-voice": media.VOICE}
+        d.p.tg.files["BQAD-svg"] = (
+            b'<svg xmlns="http://www.w3.org/2000/svg"><script>1</script></svg>'
+        )
+        violations = csp_violations(page)
+        for update in (
+            tg.photo_update(100, caption="the sofa", message_id=9001),
+            tg.voice_update(100, message_id=9002),
+            page_file,
+        ):
+            await d.p.telegram(update)
+            await d.p.gw.services.runner.idle()
+        await sign_in(page, d.url)
+        await page.goto(f"{d.url}/admin#/people/{d.world.ana.user_id}")
+        files = page.locator("li.file")
+        await expect(files).to_have_count(3)
+        image, voice, drawing = files.nth(0), files.nth(1), files.nth(2)
+        # The photo shown, loaded through the session; the voice note playable.
+        await expect(image.locator("img")).to_have_attribute("src", re.compile("^blob:"))
+        width = await image.locator("img").evaluate(
+            "img => img.decode().then(() => img.naturalWidth)"
+        )
+        await expect(voice.locator("audio")).to_have_attribute("src", re.compile("^blob:"))
+        # What is not an image Parley made is never rendered, only offered to download.
+        await expect(drawing.locator("img, audio, iframe, object")).to_have_count(0)
+        async with page.expect_download() as downloading:
+            await drawing.get_by_role("button", name="Download").click()
+        downloaded = await downloading.value
+        saved = await downloaded.path()
+
+    assert width == 120
+    assert downloaded.suggested_filename == "drawing.svg"
+    assert saved.read_bytes().startswith(b"<svg")
+    assert violations == []
 
 
 async def test_a_notice_goes_with_the_page_it_was_said_on(

@@ -337,6 +337,7 @@ async def test_only_the_uploader_can_attach_a_file_and_only_once(
         "text": None,
         "width": 120,
         "height": 80,
+        "file_name": "photo.jpg",
     }
     assert [m["attachments"] for m in ana_history if m["role"] == "user"] == [[carried]]
     assert framed["attachments"] == [carried]

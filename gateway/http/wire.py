@@ -33,11 +33,13 @@ class AttachmentOut(BaseModel):
     text: str | None
     width: int | None = None
     height: int | None = None
+    file_name: str = ""  # as the sender named it (only a download uses it)
 
     @classmethod
     def of(cls, view: AttachmentView) -> AttachmentOut:
         return cls(
             id=view.id,
+            file_name=view.file_name,
             kind=view.kind.value,
             mime=view.mime,
             bytes=view.size,

@@ -24,7 +24,9 @@ STATIC = Path(__file__).with_name("static")
 # Scripts, styles, the socket and pictures from this origin only; framed by nobody.
 PAGE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    # Files people sent are read with the session into object URLs: images and audio.
+    "img-src 'self' data: blob:; media-src blob:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
 )
 # The page's scripts are ES modules, one per page, loaded as they are (no build step).
 MEDIA = {".js": "text/javascript", ".css": "text/css"}

@@ -4,11 +4,14 @@ import { api, get } from "./api.js";
 import { action, complain, h, onLeave, say, when } from "./dom.js";
 
 const NEWEST = "9007199254740991";
+// The only images shown in place: what Parley re-encodes every image it keeps as.
+const INLINE_IMAGES = new Set(["image/jpeg", "image/png"]);
 const PAGE = 100;
 
 export async function conversation(body, id, focus) {
   const list = h("ol", { class: "messages", "aria-label": "Messages", "aria-live": "polite" });
   const shown = new Map();  // seq -> element
+  const urls = [];  // object URLs of files read, freed on leaving
   let lastSeq = 0;
   const text = h("textarea", { id: "operator-text", rows: 2, required: true });
   const send = h("form", { class: "row", onsubmit: async (e) => {
@@ -44,6 +47,7 @@ export async function conversation(body, id, focus) {
       h("header", {}, parts.join(" · "), " ", h("span", { class: "badge" }, m.channel),
         m.delivery && m.delivery !== "sent" ? h("span", { class: `badge ${m.delivery === "failed" ? "bad" : "warn"}` }, m.delivery) : null),
       m.text);
+    if (m.attachments.length) el.append(h("ul", { class: "files" }, ...m.attachments.map(file)));
     if (m.delivery === "failed") {
       el.append(h("div", { class: "muted reason" }, m.delivery_error || "the platform refused it"),
         action("Retry delivery", async () => {
@@ -52,6 +56,40 @@ export async function conversation(body, id, focus) {
         }));
     }
     return el;
+  }
+
+  // A file as the operator reads it: an image shown, audio played (both only as the
+  // types Parley itself keeps them in), anything else only downloaded; each read with
+  // the session into an object URL, freed when the page is left.
+  function file(a) {
+    const what = [a.kind, a.mime, `${a.bytes.toLocaleString()} bytes`];
+    if (a.state !== "ready") what.push(a.state);
+    const item = h("li", { class: "file" }, h("div", { class: "muted" }, what.join(" · ")));
+    if (a.text) item.append(h("div", { class: "file-text" }, a.text));
+    if (a.state !== "ready") return item;
+    const shown = a.kind === "image" && INLINE_IMAGES.has(a.mime) ? h("img", { alt: a.text || "Image" })
+      : a.kind === "audio" && a.mime.startsWith("audio/") ? h("audio", { controls: true }) : null;
+    if (shown) { item.prepend(shown); fill(shown, a); }
+    item.append(action("Download", () => download(a)));
+    return item;
+  }
+
+  async function fill(el, a) {
+    const url = await blobUrl(a).catch(() => null);
+    if (url) el.src = url;
+  }
+
+  async function download(a) {
+    const url = await blobUrl(a);
+    h("a", { href: url, download: a.file_name || `attachment-${a.id}` }).click();
+  }
+
+  async function blobUrl(a) {
+    const r = await fetch(`/api/v1/attachments/${a.id}`, { credentials: "same-origin" });
+    if (!r.ok) throw new Error(`the file could not be read (${r.status})`);
+    const url = URL.createObjectURL(await r.blob());
+    urls.push(url);
+    return url;
   }
 
   async function page(query) {
@@ -99,7 +137,8 @@ export async function conversation(body, id, focus) {
   // instead of being dropped as not shown (and the message left as the fetch found it).
   let reads = Promise.resolve();
   const inTurn = (read) => (...args) => (reads = reads.catch(() => {}).then(() => read(...args)));
-  onLeave(live(body, id, { changed: inTurn(catchUp), delivery: inTurn(reread), ready: inTurn(resync) }));
+  const stop = live(body, id, { changed: inTurn(catchUp), delivery: inTurn(reread), ready: inTurn(resync) });
+  onLeave(() => { stop(); urls.forEach((url) => URL.revokeObjectURL(url)); });
 }
 
 // The doorbell: a new message rings `changed`, a delivery that moved on `delivery`
