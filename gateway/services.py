@@ -64,6 +64,9 @@ from memory.storage.migrate import SchemaOutOfDate
 from memory.storage.migrate import prepare as prepare_schema
 from memory.storage.repositories import Repositories
 
+# How long a file uploaded for a message waits for it (web chat).
+UNSENT_UPLOADS_KEPT = timedelta(days=1)
+
 if TYPE_CHECKING:
     from gateway.events.fanout import RedisFanout
 
@@ -338,6 +341,7 @@ class Services:
                 ("turns", self._resume_owed, every, False),
                 ("reminders", self.firings.sweep, self.settings.reminder_sweep_seconds, True),
                 ("files", self.fetcher.sweep, every, True),
+                ("uploads", self._drop_unsent_uploads, every, True),
             ):
                 task = asyncio.create_task(
                     sweep_forever(
@@ -354,6 +358,10 @@ class Services:
                 connectors=[connector.channel for connector in self.connectors],
             )
             yield
+
+    async def _drop_unsent_uploads(self) -> None:
+        """Files uploaded for a message that never came are not kept past a day."""
+        await self.repos.attachments.drop_unsent(self.clock.now() - UNSENT_UPLOADS_KEPT)
 
     async def _resume_owed(self) -> None:
         """The turns owed anywhere, and the replies still to send: a dead replica's work

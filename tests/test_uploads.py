@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 from gateway.jobs.memory_jobs import DESCRIBE_SYSTEM
 from gateway.jobs.queue import EmbeddedQueue
 from gateway.media.images import LONGEST_SIDE
+from gateway.services import UNSENT_UPLOADS_KEPT
 from memory.storage.engine import session_factory
 from memory.storage.models import Attachment
 from tests.fakes.llm_server import FakeLLM, Reply
@@ -370,6 +371,27 @@ async def test_erasing_a_person_removes_their_files_sent_or_only_uploaded(
     if database_url.startswith("sqlite"):  # the database, -wal and -shm
         assert before
         assert _files_with(tmp_path, needle) == []
+
+
+async def test_an_upload_no_message_took_is_dropped_after_a_day(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path, llm)) as gw:
+        token, _ = await gw.visitor()
+        sent = (await _upload(gw, token, media.photo())).json()["attachment_id"]
+        unsent = (await _upload(gw, token, media.photo(90, 60))).json()["attachment_id"]
+        await _send(gw, token, "a photo", [sent])
+        attachments = gw.services.repos.attachments
+        now = gw.services.clock.now()
+        early = await attachments.drop_unsent(now - UNSENT_UPLOADS_KEPT)
+        late = await attachments.drop_unsent(now + UNSENT_UPLOADS_KEPT)
+        async with session_factory(gw.services.engine)() as session:
+            left = list(await session.scalars(select(Attachment.id)))
+        too_late = await _send(gw, token, "and this one", [unsent])
+
+    assert (early, late) == (0, 1)
+    assert left == [sent]  # the sent one stays, whatever its age
+    assert too_late.status_code == 422
 
 
 async def test_export_erase_import_gives_the_files_back_byte_for_byte(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
@@ -474,6 +474,19 @@ class Attachments:
                 )
             ).one_or_none()
         return None if row is None else (row.file_name or row.mime, row.text)
+
+    async def drop_unsent(self, uploaded_before: datetime) -> int:
+        """Forget uploads no message took by `uploaded_before`; how many."""
+        async with self._sessions() as session, session.begin():
+            dropped = await session.execute(
+                delete(Attachment)
+                .where(
+                    Attachment.message_id.is_(None),
+                    Attachment.created_at < uploaded_before,
+                )
+                .returning(Attachment.id)
+            )
+            return len(dropped.all())
 
     async def content(self, attachment_id: int) -> tuple[AttachmentView, bytes] | None:
         async with self._sessions() as session:
