@@ -19,8 +19,9 @@ from datetime import date, datetime, time, timedelta, tzinfo
 
 from memory.archive.reads import ArchiveReads, ChunkView
 from memory.archive.transcript import speaker
+from memory.escaping import escape_typed
 from memory.profile.profiles import Profiles
-from memory.provenance import NOT_DIALOGUE, dialogue, escape_typed, header
+from memory.provenance import NOT_DIALOGUE, dialogue, header
 from memory.storage.messages import StoredMessage
 from memory.storage.search import (
     ELLIPSIS,

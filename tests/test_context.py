@@ -14,7 +14,8 @@ from memory.context import (
     render_live,
     system_prompt,
 )
-from memory.provenance import NOTICE_SOURCE, escape_typed, label
+from memory.escaping import escape_typed
+from memory.provenance import NOTICE_SOURCE, label
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Role
 from tests.support.fuzz.gateway_lines import gateway_like

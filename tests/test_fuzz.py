@@ -24,7 +24,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from memory.archive.transcript import render_transcript
-from memory.provenance import escape_typed, label
+from memory.escaping import escape_typed
+from memory.provenance import label
 from memory.storage.models import Role
 from tests.fakes.graph_api import signed
 from tests.fakes.telegram_api import WEBHOOK_SECRET

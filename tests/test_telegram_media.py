@@ -147,9 +147,15 @@ async def test_a_file_telegram_does_not_give_leaves_a_clear_line_and_a_normal_re
     # text, as a download), never shown to a model as an image.
     assert (page["kind"], page["state"], page["mime"]) == ("document", "ready", "text/plain")
     assert fake.downloads == ["files/BQAD-page", "files/BQAD-page"]
-    assert _user_contents(llm, 0)[-1] == "[file holiday.jpg, 38 bytes, not read]"
+    # Its words go to the model as the file's, behind their source line.
+    assert _user_contents(llm, 0)[-1] == (
+        f"[source: file holiday.jpg (attachment {page['id']}), 1 page]\n"
+        "<html><script>alert(1)</script></html>"
+    )
     assert voice["state"] == "failed"
-    assert str(_user_contents(llm, 1)[-1]).endswith("[voice note, 0:04, could not be fetched]")
+    assert str(_user_contents(llm, 1)[-1]).endswith(
+        "[voice note, 0:04, could not be fetched or read]"
+    )
     assert all(reply != "" for reply in fake.texts(3333))
     assert tg.TOKEN not in repr(logs)
     assert tg.TOKEN not in caplog.text
@@ -205,3 +211,26 @@ async def test_a_pdf_shows_its_start_and_the_model_reads_on_with_attachment_read
         "Rent is 950 euros a month."
     )
     assert (file["kind"], file["mime"], file["state"]) == ("document", "application/pdf", "ready")
+
+
+async def test_an_empty_photo_and_a_bomb_each_get_a_clear_state_and_nothing_else_is_lost(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    bomb = tg.photo_update(3333, caption="a big one", message_id=801)
+    bomb["message"]["photo"][-1]["file_id"] = "AgAD-bomb"
+    empty = tg.photo_update(3333, caption="and an empty one", message_id=802)
+    empty["message"]["photo"][-1]["file_id"] = "AgAD-empty"
+    async with tg.fake_telegram() as fake:
+        fake.files |= {"AgAD-bomb": media.bomb(), "AgAD-empty": b""}
+        async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
+            await p.telegram(bomb)
+            await fake.wait_until(lambda f: len(f.texts(3333)) == 1)
+            await p.telegram(empty)
+            await fake.wait_until(lambda f: len(f.texts(3333)) == 2)
+            messages = [m for m in await p.all_messages() if m["role"] == "user"]
+
+    assert [m["attachments"][0]["state"] for m in messages] == ["too_large", "failed"]
+    assert [m["text"] for m in messages] == ["a big one", "and an empty one"]
+    told = [str(_user_contents(llm, n)[-1]) for n in (0, 1)]
+    assert told[0].endswith("a big one\n[image, too large to read]")
+    assert told[1].endswith("and an empty one\n[image, could not be fetched or read]")

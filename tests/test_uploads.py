@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -36,23 +34,6 @@ from tests.support.harness import (
 )
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-def _bomb(side: int = 40_000) -> bytes:
-    """A PNG of a few dozen bytes that declares `side`×`side` pixels."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        )
-
-    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
-        + chunk(b"IEND", b"")
-    )
 
 
 async def _upload(
@@ -256,7 +237,7 @@ async def test_bad_files_are_refused_with_their_reason_and_nothing_iskept(
             "svg": await _upload(gw, token, b"<svg xmlns='http://www.w3.org/2000/svg'/>"),
             "corrupt": await _upload(gw, token, truncated),
             "empty": await _upload(gw, token, b""),
-            "bomb": await _upload(gw, token, _bomb(), "bomb.png", "image/png"),
+            "bomb": await _upload(gw, token, media.bomb(), "bomb.png", "image/png"),
             "no file": await gw.http.post(
                 "/webchat/uploads",
                 data={"note": "x"},

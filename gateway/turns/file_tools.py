@@ -7,6 +7,7 @@ from pydantic import Field
 
 from gateway.llm.base import Tool, ToolCall
 from gateway.turns.tools import BadArguments, ToolArguments, read_arguments
+from memory.escaping import escape_typed, header_value
 from memory.recall import Scope
 from memory.storage.attachments import Attachments, pages
 
@@ -60,8 +61,8 @@ class FileTools:
         paged = pages(text)
         if read.page > len(paged):
             return f"Error: {name} has {len(paged)} page(s)."
-        shown = paged[read.page - 1][: scope.answer_tokens * _CHARS_A_TOKEN]
+        shown = escape_typed(paged[read.page - 1][: scope.answer_tokens * _CHARS_A_TOKEN])
         return (
-            f"[source: file {name} (attachment {read.attachment_id}), "
+            f"[source: file {header_value(name)} (attachment {read.attachment_id}), "
             f"page {read.page} of {len(paged)}]\n{shown}"
         )

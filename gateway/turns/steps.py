@@ -20,7 +20,8 @@ from dataclasses import replace
 
 from gateway.llm.base import ChatTurn, Tool, ToolCall, ToolStep
 from gateway.turns.tools import MAX_ARGUMENT_CHARS
-from memory.provenance import NOTICE_SOURCE, escape_typed, label
+from memory.escaping import escape_typed
+from memory.provenance import NOTICE_SOURCE, label
 from memory.recall import ANSWER_TOKENS, SOURCE, answer
 from memory.token_count import estimate_tokens, message_tokens, shares, shorten
 

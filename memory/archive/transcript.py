@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from memory.provenance import escape_typed, header_value
+from memory.escaping import escape_typed, header_value
 from memory.storage.files import private_dir, tighten, write_private
 from memory.storage.messages import StoredMessage
 from memory.storage.models import Role

@@ -18,6 +18,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
+from memory.escaping import escape_typed, header_value
 from memory.storage.models import (
     Attachment,
     AttachmentKind,
@@ -143,7 +144,9 @@ def pages(text: str) -> list[str]:
 
 
 def media_line(view: AttachmentView) -> str:
-    """How a model is told of a file where it is not shown it (DESIGN §11)."""
+    """How a model is told of a file where it is not shown it (DESIGN §11). Every word
+    in it that the gateway did not write (a file's name, a description, a transcript, a
+    document's) is escaped as typed text is, so none passes for one of its lines."""
     what = _what(view)
     match view.state:
         case AttachmentState.FETCHING:
@@ -153,14 +156,14 @@ def media_line(view: AttachmentView) -> str:
         case AttachmentState.UNSUPPORTED:
             return f"[{what}, a kind of file Parley cannot read]"
         case AttachmentState.FAILED:
-            return f"[{what}, could not be fetched]"
+            return f"[{what}, could not be fetched or read]"
     if view.text and view.kind is AttachmentKind.AUDIO:
         # The person's own words, said rather than typed.
-        return f"[source: {what}, transcribed]\n{view.text}"
+        return f"[source: {what}, transcribed]\n{escape_typed(view.text)}"
     if view.text and view.kind is AttachmentKind.DOCUMENT:
         return _document_line(view, what, view.text)
     if view.text:
-        return f"[{view.kind.value}: {view.text}]"
+        return f"[{view.kind.value}: {header_value(view.text)}]"
     if view.kind is AttachmentKind.IMAGE:
         return f"[image {view.width}×{view.height}, not described]"
     if view.kind is AttachmentKind.AUDIO:
@@ -174,19 +177,22 @@ def _document_line(view: AttachmentView, what: str, text: str) -> str:
     paged = pages(text)
     count = f"{len(paged)} page{'s' * (len(paged) != 1)}"
     start = text.replace(PAGE_BREAK, "\n\n").strip()
-    line = f"[source: {what} (attachment {view.id}), {count}]\n{start[:DOCUMENT_START_CHARS]}"
+    shown = escape_typed(start[:DOCUMENT_START_CHARS])
+    line = f"[source: {what} (attachment {view.id}), {count}]\n{shown}"
     if len(start) > DOCUMENT_START_CHARS:
         line += f"\n[… more: attachment_read with attachment_id {view.id} and a page number]"
     return line
 
 
 def _what(view: AttachmentView) -> str:
+    """The file, named in one of the gateway's lines."""
+    name = header_value(view.file_name)
     if view.kind is AttachmentKind.AUDIO:
         length = "" if view.duration is None else f", {view.duration // 60}:{view.duration % 60:02}"
-        return f"{'voice note' if not view.file_name else 'audio ' + view.file_name}{length}"
+        return f"{'audio ' + name if name else 'voice note'}{length}"
     if view.kind is AttachmentKind.IMAGE:
         return "image"
-    return f"file {view.file_name or view.mime or 'without a name'}"
+    return f"file {name or header_value(view.mime) or 'without a name'}"
 
 
 def fetching(media: str | None) -> bool:
