@@ -90,6 +90,7 @@ class Fetched:
     width: int | None = None
     height: int | None = None
     text: str | None = None  # a transcript
+    sha256: str | None = None  # of `data`, where the caller hashed it off the event loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +444,7 @@ class Attachments:
                 "mime": result.mime,
                 "data": result.data,
                 "size": len(result.data),
-                "sha256": hashlib.sha256(result.data).hexdigest(),
+                "sha256": result.sha256 or hashlib.sha256(result.data).hexdigest(),
                 "width": result.width,
                 "height": result.height,
                 "text": result.text,
