@@ -57,7 +57,12 @@ def create_app(
         max_bytes=settings.max_body_bytes,
         read_timeout=settings.read_timeout_seconds,
         # A file and the form around it.
-        by_path={UPLOADS_PATH: settings.media_max_bytes + UPLOAD_FORM_BYTES},
+        by_path={
+            UPLOADS_PATH: (
+                settings.media_max_bytes + UPLOAD_FORM_BYTES,
+                settings.upload_timeout_seconds,
+            )
+        },
     )
     app.add_middleware(SecurityHeaders)
     # Unset, the web chat is for Parley's own pages: its socket refuses any other.

@@ -193,6 +193,9 @@ class Settings(BaseSettings):
     read_timeout_seconds: float = Field(default=15.0, gt=0)
     """A request's headers, then its body, must arrive within this; else the connection is closed
     (body: 408)."""
+    upload_timeout_seconds: float = Field(default=120.0, gt=0)
+    """A file uploaded (web chat) must arrive whole within this (408 past it): 20 MB over
+    a slow phone line takes longer than any other body."""
     # How long stopping may take: running turns finish, then pending replies go out;
     # what is left then is taken up again on the next start. Open connections get as
     # long again to close before they are cut (they normally close at once).

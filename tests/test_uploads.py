@@ -7,6 +7,7 @@ leaves none."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -352,6 +353,46 @@ async def test_erasing_a_person_removes_their_files_sent_or_only_uploaded(
     if database_url.startswith("sqlite"):  # the database, -wal and -shm
         assert before
         assert _files_with(tmp_path, needle) == []
+
+
+async def test_an_upload_gets_its_own_time_to_arrive_and_no_more(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    settings = make_settings(
+        database_url, tmp_path, llm, read_timeout_seconds=0.5, upload_timeout_seconds=3
+    )
+    photo = media.photo()
+    form = (
+        b'--B\r\nContent-Disposition: form-data; name="file"; filename="p.jpg"\r\n'
+        b"Content-Type: image/jpeg\r\n\r\n" + photo + b"\r\n--B--\r\n"
+    )
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        head = (
+            f"POST /webchat/uploads HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: multipart/form-data; boundary=B\r\n"
+            f"Content-Length: {len(form)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        host, port = gw.url.removeprefix("http://").split(":")
+        # A slow line: the body's second half a second after its first, twice the time
+        # any other body may take.
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(head + form[: len(form) // 2])
+        await asyncio.sleep(1.0)
+        writer.write(form[len(form) // 2 :])
+        async with asyncio.timeout(10):
+            slow = await reader.read()
+        writer.close()
+        # One that never ends is cut at the upload's own limit.
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(head + form[:100])
+        async with asyncio.timeout(10):
+            cut = await reader.read()
+        writer.close()
+
+    assert slow.startswith(b"HTTP/1.1 201"), slow[:200]
+    assert cut.startswith(b"HTTP/1.1 408"), cut[:200]
+    assert b"3 s" in cut
 
 
 async def test_an_upload_no_message_took_is_dropped_after_a_day(
