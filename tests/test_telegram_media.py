@@ -9,16 +9,21 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
 
+from memory.storage.attachments import PlatformFile
+from memory.storage.messages import NewMessage
+from memory.storage.models import AttachmentKind, AttachmentState, Role
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, CallTools, Fail, FakeLLM
 from tests.support import media
 from tests.support.platforms import ADMIN, platform_gateway
+from tests.support.polling import eventually
 
 VOICE = media.VOICE
 
@@ -234,3 +239,49 @@ async def test_an_empty_photo_and_a_bomb_each_get_a_clear_state_and_nothing_else
     told = [str(_user_contents(llm, n)[-1]) for n in (0, 1)]
     assert told[0].endswith("a big one\n[image, too large to read]")
     assert told[1].endswith("and an empty one\n[image, could not be fetched or read]")
+
+
+async def test_a_file_a_dead_process_left_fetching_is_fetched_by_the_sweep(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with tg.fake_telegram() as fake:
+        fake.files["AgAD-large"] = media.photo()
+        async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
+            services = p.gw.services
+            identity = await services.core.identity("telegram", "3333")
+            # Stored by a process that died before it fetched the file.
+            long_ago = services.clock.now() - timedelta(minutes=10)
+            message, _ = await services.repos.messages.add_message(
+                identity.conversation_id,
+                NewMessage(
+                    role=Role.USER,
+                    channel="telegram",
+                    text="from before the crash",
+                    identity_id=identity.identity_id,
+                    platform_message_id="3333:901",
+                    platform_files=(PlatformFile(AttachmentKind.IMAGE, "AgAD-large"),),
+                ),
+                now=long_ago,
+            )
+            fresh, _ = await services.repos.messages.add_message(
+                identity.conversation_id,
+                NewMessage(
+                    role=Role.USER,
+                    channel="telegram",
+                    text="still being fetched by a live process",
+                    identity_id=identity.identity_id,
+                    platform_message_id="3333:902",
+                    platform_files=(PlatformFile(AttachmentKind.IMAGE, "AgAD-other"),),
+                ),
+                now=services.clock.now(),
+            )
+            # (The sweep that ran at start may have found it first: either fetches it.)
+            await services.fetcher.sweep()
+            files = await eventually(
+                lambda: services.repos.attachments.of_messages([message.id, fresh.id]),
+                until=lambda found: found[message.id][0].state is AttachmentState.READY,
+            )
+
+    # The fresh one is left to the process fetching it.
+    assert [f.state for f in files[fresh.id]] == [AttachmentState.FETCHING]
+    assert fake.downloads == ["files/AgAD-large"]
