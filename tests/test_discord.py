@@ -108,7 +108,9 @@ async def test_a_photo_and_a_voice_message_are_fetched_by_where_they_are_not_the
     turns = [r for r in llm.requests if r["messages"][0]["content"] != DESCRIBE_SYSTEM]
     words, image = turns[0]["messages"][-1]["content"]
     assert words["text"].endswith("our sofa\n[image 120×80, not described]")
-    assert media.shown_image(image).size == (120, 80)
+    shown = media.shown_image(image)
+    assert shown.size == (120, 80)
+    assert len(shown.getexif()) == 0  # the place it was taken left behind
     assert turns[1]["messages"][-1]["content"] == (
         "[source: voice note, 0:03, transcribed]\nbring the blue one"
     )
