@@ -437,8 +437,11 @@ async def test_nothing_without_a_session_no_change_without_the_csrf_token_no_oth
         signin_page.headers["content-security-policy"],
         dashboard_page.headers["content-security-policy"],
     ):
-        assert _sources(policy) <= {"'self'", "'none'", "data:"}, policy
+        assert _sources(policy) <= {"'self'", "'none'", "data:", "blob:"}, policy
         assert "frame-ancestors 'none'" in policy
+        # Object URLs (files read with the session) for images and audio, nothing else.
+        with_blob = {d.split()[0] for d in policy.split(";") if "blob:" in d.split()}
+        assert with_blob <= {"img-src", "media-src"}, policy
 
 
 def _sources(policy: str) -> set[str]:
