@@ -71,6 +71,7 @@ from gateway.http.body_limit import UPLOADS_PATH
 from gateway.http.errors import validation_errors
 from gateway.http.slots import Slots
 from gateway.http.wire import MessageOut, file_response
+from gateway.media.downloads import LinkGone, read_at_most
 from gateway.replicas.rate_limits import RateLimit
 from gateway.settings import TelegramMode
 from gateway.tasks import finish_or_cancel
@@ -114,6 +115,7 @@ __all__ = [
     "InputError",
     "LeftUnanswered",
     "Limits",
+    "LinkGone",
     "LiveEvents",
     "MalformedJSON",
     "MediaRefused",
@@ -151,6 +153,7 @@ __all__ = [
     "full_jitter",
     "load_platform_json",
     "parse_retry_after",
+    "read_at_most",
     "server_wait",
     "split_text",
     "utf16_length",

@@ -239,14 +239,7 @@ async def test_a_reply_the_platform_refuses_turns_failed_live_with_its_reason_an
 async def test_a_persons_files_are_shown_played_or_only_downloaded(
     database_url: str, tmp_path: Path, llm: FakeLLM, page: Page
 ) -> None:
-    page_file = tg.text_update(100, "", message_id=9003)
-    del page_file["message"]["text"]
-    page_file["message"]["document"] = {
-        "file_id": "BQAD-svg",
-        "file_unique_id": "AgAD9",
-        "file_name": "drawing.svg",
-        "mime_type": "image/svg+xml",
-    }
+    page_file = tg.document_update(100, "BQAD-svg", "drawing.svg", "image/svg+xml", message_id=9003)
     async with dashboard(database_url, tmp_path, llm, page) as d:
         d.p.tg.files |= {"AgAD-large": media.photo(), "AwAD-voice": media.VOICE}
         d.p.tg.files["BQAD-svg"] = (

@@ -125,15 +125,7 @@ async def test_a_transcriber_that_is_down_leaves_a_clear_line_and_a_normal_reply
 async def test_a_file_telegram_does_not_give_leaves_a_clear_line_and_a_normal_reply(
     database_url: str, tmp_path: Path, llm: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
-    disguised = tg.text_update(3333, "", message_id=501)
-    del disguised["message"]["text"]
-    disguised["message"]["document"] = {
-        "file_id": "BQAD-page",
-        "file_unique_id": "AgAD5",
-        "file_name": "holiday.jpg",
-        "mime_type": "image/jpeg",
-        "file_size": 58,
-    }
+    disguised = tg.document_update(3333, "BQAD-page", "holiday.jpg", "image/jpeg", message_id=501)
     async with tg.fake_telegram() as fake:
         # The first download fails as a busy server would, and is asked again; the
         # "photo" is a web page; the voice note's file Telegram no longer has.
@@ -170,17 +162,14 @@ async def test_a_pdf_shows_its_start_and_the_model_reads_on_with_attachment_read
     database_url: str, tmp_path: Path, llm: FakeLLM
 ) -> None:
     first = "Tenancy agreement. " + "The tenant keeps the flat tidy. " * 60
-    document = tg.text_update(3333, "", message_id=701)
-    del document["message"]["text"]
-    document["message"] |= {
-        "document": {
-            "file_id": "BQAD-lease",
-            "file_unique_id": "AgAD7",
-            "file_name": "lease.pdf",
-            "mime_type": "application/pdf",
-        },
-        "caption": "what does page 2 say?",
-    }
+    document = tg.document_update(
+        3333,
+        "BQAD-lease",
+        "lease.pdf",
+        "application/pdf",
+        message_id=701,
+        caption="what does page 2 say?",
+    )
 
     def reading(body: dict[str, Any], number: int) -> Behaviour | None:
         told = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]

@@ -55,6 +55,7 @@ from gateway.sdk import (
     Watermarks,
     close_fences,
     full_jitter,
+    read_at_most,
     split_text,
 )
 
@@ -444,26 +445,8 @@ def _delivery_error(exc: Exception) -> DeliveryError:
 
 async def download(url: str, limit: int) -> bytes:
     """An attachment from Discord's CDN (no token goes with it), read no further than
-    `limit`; its signed URL is never in an error."""
+    `limit`."""
     if not url.startswith(("https://", "http://")):
         raise FileUnavailable("Discord gave no URL for the attachment", transient=False)
-    try:
-        async with (
-            httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0)) as http,
-            http.stream("GET", url) as response,
-        ):
-            if not response.is_success:
-                raise FileUnavailable(
-                    f"Discord's CDN answered HTTP {response.status_code}",
-                    transient=response.status_code == 429 or response.status_code >= 500,
-                )
-            data = bytearray()
-            async for chunk in response.aiter_bytes():
-                data += chunk
-                if len(data) > limit:
-                    raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
-            return bytes(data)
-    except httpx.HTTPError as exc:
-        raise FileUnavailable(
-            f"Discord's CDN did not answer ({type(exc).__name__})", transient=True
-        ) from None
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0)) as http:
+        return await read_at_most(http, url, limit, where="Discord's CDN")

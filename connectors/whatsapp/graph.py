@@ -10,9 +10,11 @@ import httpx
 from gateway.sdk import (
     DeliveryError,
     FileUnavailable,
+    LinkGone,
     MediaRefused,
     Undeliverable,
     parse_retry_after,
+    read_at_most,
 )
 
 # Graph error codes: throughput (per number, per recipient) and generic rate limits.
@@ -75,9 +77,10 @@ class GraphClient:
             raise FileUnavailable("the WhatsApp connector is not started", transient=True)
         for _ in range(2):
             url = await self._media_url(media_id, limit)
-            data = await self._download(url, limit)
-            if data is not None:
-                return data
+            try:
+                return await read_at_most(self._http, url, limit, where="WhatsApp's media download")
+            except LinkGone:
+                continue  # its five minutes were up: a fresh one
         raise FileUnavailable("WhatsApp's media URL expired twice", transient=True)
 
     async def _media_url(self, media_id: str, limit: int) -> str:
@@ -100,29 +103,6 @@ class GraphClient:
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
             raise FileUnavailable("WhatsApp gave no media URL", transient=False)
         return url
-
-    async def _download(self, url: str, limit: int) -> bytes | None:
-        """The bytes; None if the URL has expired. The URL is never in an error."""
-        assert self._http is not None
-        try:
-            async with self._http.stream("GET", url) as response:
-                if response.status_code in (401, 403, 404, 410):
-                    return None
-                if not response.is_success:
-                    raise FileUnavailable(
-                        f"WhatsApp's media download answered HTTP {response.status_code}",
-                        transient=response.status_code == 429 or response.status_code >= 500,
-                    )
-                data = bytearray()
-                async for chunk in response.aiter_bytes():
-                    data += chunk
-                    if len(data) > limit:
-                        raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
-                return bytes(data)
-        except httpx.HTTPError as exc:
-            raise FileUnavailable(
-                f"WhatsApp's media download failed ({type(exc).__name__})", transient=True
-            ) from None
 
 
 def _error(response: httpx.Response, answer: dict[str, Any]) -> DeliveryError:

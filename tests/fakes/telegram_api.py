@@ -518,6 +518,25 @@ def photo_update(user_id: int, caption: str | None = None, **extra: Any) -> dict
     return update
 
 
+def document_update(
+    user_id: int, file_id: str, file_name: str, mime_type: str, **extra: Any
+) -> dict[str, Any]:
+    """A file sent as a document (`caption` may come in `extra`, as a message field)."""
+    caption = extra.pop("caption", None)
+    update = text_update(user_id, "", **extra)
+    message = update["message"]
+    del message["text"]
+    message["document"] = {
+        "file_id": file_id,
+        "file_unique_id": f"u-{file_id}",
+        "file_name": file_name,
+        "mime_type": mime_type,
+    }
+    if caption is not None:
+        message["caption"] = caption
+    return update
+
+
 def voice_update(user_id: int, **extra: Any) -> dict[str, Any]:
     update = text_update(user_id, "", **extra)
     message = update["message"]

@@ -1,0 +1,42 @@
+"""A platform's file read from its URL: never past a size, never its URL in an error (a
+media URL is signed, or needs the token that goes with it)."""
+
+from __future__ import annotations
+
+import httpx
+
+from gateway.errors import FileUnavailable, MediaRefused
+
+# What a server answers for a link that has lapsed or was never good.
+_GONE = frozenset({401, 403, 404, 410})
+
+
+class LinkGone(FileUnavailable):
+    """The URL no longer gives the file (it lapsed): one asked for afresh may."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=False)
+
+
+async def read_at_most(http: httpx.AsyncClient, url: str, limit: int, *, where: str) -> bytes:
+    """The bytes at `url` (`where`: the server, as an error names it). `MediaRefused`
+    past `limit` bytes, read no further; `LinkGone` for a lapsed link; `FileUnavailable`
+    otherwise, transient where asking again may help (429, 5xx, the network)."""
+    try:
+        async with http.stream("GET", url) as response:
+            status = response.status_code
+            if status in _GONE:
+                raise LinkGone(f"{where} answered HTTP {status}")
+            if not response.is_success:
+                transient = status == 429 or status >= 500
+                raise FileUnavailable(f"{where} answered HTTP {status}", transient=transient)
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > limit:
+                    raise MediaRefused("too_large", f"the file is larger than {limit} bytes")
+            return bytes(data)
+    except httpx.HTTPError as exc:
+        raise FileUnavailable(
+            f"{where} did not answer ({type(exc).__name__})", transient=True
+        ) from None
