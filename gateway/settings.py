@@ -317,7 +317,8 @@ class Settings(BaseSettings):
     """Turns one replica works on at once: reading memory, writing the prompt, storing and handing
     over the reply (a turn waiting on the model lends its slot, so a slow model holds up no
     one). The rest wait in the order they asked, their messages stored and acknowledged at once;
-    waiting ones show in `parley_turns_waiting`."""
+    waiting ones show in `parley_turns_waiting`. While platform messages keep arriving, turns
+    wait for a pause (up to 2 s) so acknowledgements never queue behind them."""
     sweep_interval_seconds: float = Field(default=10.0, gt=0)
     """How often due work is re-queued from the database (embedded runner), and owed turns and
     pending replies are taken over."""

@@ -70,3 +70,65 @@ async def test_a_turn_stopped_while_the_model_writes_needs_no_slot_to_stop() -> 
     other_done.set()
     await other
     assert slots.in_use == 0
+
+
+async def test_a_turn_waits_while_messages_arrive_and_goes_once_they_stop() -> None:
+    slots = TurnSlots(2, quiet=0.05, patience=30)
+    arrived = slots.arriving()
+    arrived.__enter__()
+    started = asyncio.Event()
+    turn = asyncio.create_task(_hold(slots, started, asyncio.Event()))
+    await asyncio.sleep(0)  # the turn has asked for its slot
+    with slots.arriving():  # another arrival meanwhile
+        await asyncio.sleep(0)
+    assert not started.is_set()
+    arrived.__exit__(None, None, None)
+    # Quiet once no arrival has been stored for `quiet` seconds: the turn goes then,
+    # not while an acknowledgement is still owed.
+    before = asyncio.get_running_loop().time()
+    await asyncio.wait_for(started.wait(), 5)
+    assert asyncio.get_running_loop().time() - before >= 0.05
+    turn.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await turn
+    assert slots.in_use == 0
+
+
+async def test_arrivals_that_never_stop_hold_a_turn_no_longer_than_the_patience() -> None:
+    slots = TurnSlots(1, quiet=0.05, patience=0.2)
+    stop = asyncio.Event()
+
+    async def arrivals() -> None:
+        while not stop.is_set():
+            with slots.arriving():
+                await asyncio.sleep(0.01)
+
+    arriving = asyncio.create_task(arrivals())
+    await asyncio.sleep(0.02)
+    started = asyncio.Event()
+    before = asyncio.get_running_loop().time()
+    turn = asyncio.create_task(_hold(slots, started, asyncio.Event()))
+    await asyncio.wait_for(started.wait(), 5)
+    assert 0.2 <= asyncio.get_running_loop().time() - before < 2
+    stop.set()
+    await arriving
+    turn.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await turn
+
+
+async def test_a_turn_stopped_while_waiting_for_quiet_gives_its_slot_back() -> None:
+    slots = TurnSlots(1, quiet=0.05, patience=30)
+    with slots.arriving():
+        waiting = asyncio.create_task(_hold(slots, asyncio.Event(), asyncio.Event()))
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+    started = asyncio.Event()
+    other = asyncio.create_task(_hold(slots, started, asyncio.Event()))
+    await asyncio.wait_for(started.wait(), 5)  # the slot was not kept by the stopped one
+    assert slots.in_use == 1
+    other.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await other

@@ -156,7 +156,8 @@ class Core:
         """Store a message and start its turn; `AccessRefused` (nothing stored) if the
         channel's policy does not let the sender in, once its answer is sent where the
         channel takes notices; `InputError` if it cannot be stored."""
-        received = await self._store(inbound)
+        with self._runner.arriving():  # turns wait: the platform waits for this
+            received = await self._store(inbound)
         if received.created and inbound.expects_reply:
             self._runner.request(received.message.conversation_id)
         return received

@@ -177,6 +177,10 @@ class TurnRunner:
         self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage | None]]]] = {}
         self._closing = False
 
+    def arriving(self) -> contextlib.AbstractContextManager[None]:
+        """Around storing a message: turns wait to take a slot until none is stored."""
+        return self._slots.arriving()
+
     def request(self, conversation_id: uuid.UUID) -> None:
         """Make sure everything unanswered in the conversation gets a turn."""
         if self._closing:

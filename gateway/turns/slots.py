@@ -1,4 +1,5 @@
-"""Turn slots: how many turns of one replica do the gateway's own work at once.
+"""Turn slots: how many turns of one replica do the gateway's own work at once, and
+when they may do it.
 
 A turn's own work (reading the conversation and its memory, writing the prompt,
 storing the reply, handing it to delivery) is CPU on the event loop that also
@@ -7,19 +8,55 @@ every conversation at once would keep the next acknowledgements waiting behind i
 turn takes a slot for its work and lends it while it waits for the model, which takes
 no CPU here however long it takes. Conversations that wait for a slot are served in
 the order they asked; their messages are stored, so nothing waits in memory only.
+
+Arrivals come first: while a message is being stored (`arriving`), a turn that would
+take a slot waits until none is, for at most `patience` seconds, so that a platform
+waiting on its acknowledgement never waits behind a turn's work. A burst is answered
+after it, with fewer turns (each answers what its conversation said meanwhile); the
+patience keeps turns going under arrivals that never stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+
+PATIENCE_SECONDS = 2.0
+# How long after the last arrival the gateway counts as quiet: long enough that
+# arrivals a few milliseconds apart (a burst) keep turns waiting between them.
+QUIET_SECONDS = 0.025
 
 
 class TurnSlots:
-    def __init__(self, size: int) -> None:
+    def __init__(
+        self, size: int, *, patience: float = PATIENCE_SECONDS, quiet: float = QUIET_SECONDS
+    ) -> None:
         self._free = asyncio.Semaphore(size)
+        self._patience = patience
+        self._quiet_after = quiet
+        self._arriving = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        self._quieting: asyncio.TimerHandle | None = None
         self.in_use = 0
+
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Around storing a message that a platform waits to have acknowledged."""
+        self._arriving += 1
+        self._quiet.clear()
+        if self._quieting is not None:
+            self._quieting.cancel()
+            self._quieting = None
+        try:
+            yield
+        finally:
+            self._arriving -= 1
+            if not self._arriving:
+                self._quieting = asyncio.get_running_loop().call_later(
+                    self._quiet_after, self._quiet.set
+                )
 
     @contextlib.asynccontextmanager
     async def taken(self) -> AsyncIterator[Slot]:
@@ -33,6 +70,14 @@ class TurnSlots:
 
     async def _take(self) -> None:
         await self._free.acquire()
+        try:
+            if not self._quiet.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._patience):
+                        await self._quiet.wait()
+        except BaseException:  # cancelled while waiting: the slot was never used
+            self._free.release()
+            raise
         self.in_use += 1
 
     def _give_back(self) -> None:

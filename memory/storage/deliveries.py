@@ -9,13 +9,16 @@ reply through the platform id of the part they are about.
 from __future__ import annotations
 
 import uuid
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Update, delete, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
+from memory.storage.engine import writer_queue
 from memory.storage.inserts import insert_or_skip
 from memory.storage.models import (
     Conversation,
@@ -56,8 +59,16 @@ class DeliveryMoved:
 
 
 class Deliveries:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        writes: AbstractAsyncContextManager[Any] | None = None,
+    ) -> None:
+        """`writes`: held around each write (`writer_queue`, shared with the other
+        busy write paths)."""
         self._sessions = sessions
+        self._writes = writes if writes is not None else writer_queue(sessions)
 
     async def address(
         self, conversation_id: uuid.UUID, identity_id: uuid.UUID | None
@@ -141,7 +152,7 @@ class Deliveries:
         return int(total or 0)
 
     async def _update(self, message_id: int, **values: object) -> None:
-        async with self._sessions() as session:
+        async with self._writes, self._sessions() as session:
             await session.execute(update(Message).where(Message.id == message_id).values(values))
             await session.commit()
 
@@ -159,7 +170,7 @@ class Deliveries:
         """The platform took `part`. With `last`, the reply is sent too, in the same
         transaction (what `sent` does): the reply it moved, or None as `sent` says.
         `preview`: the part was edited into that preview message, done with now."""
-        async with self._sessions() as session:
+        async with self._writes, self._sessions() as session:
             if preview is not None:
                 await session.execute(
                     delete(StreamPreview).where(
@@ -220,7 +231,7 @@ class Deliveries:
     async def _move(self, change: Update) -> DeliveryMoved | None:
         """Apply `change` to one reply and say where that reply is, in the same
         statement (RETURNING): announcing a delivery costs no read of its own."""
-        async with self._sessions() as session:
+        async with self._writes, self._sessions() as session:
             row = (await session.execute(_returning(change))).one_or_none()
             await session.commit()
         return None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)

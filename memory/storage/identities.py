@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import uuid
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import personal_conversation
-from memory.storage.inserts import insert_or_skip
+from memory.storage.engine import writer_queue
+from memory.storage.inserts import skipping_insert
 from memory.storage.models import Conversation, ConversationKind, Identity, User
 
 
@@ -26,14 +29,44 @@ class IdentityRef:
     display_name: str = ""
 
 
+# Every platform message resolves its sender: these statements are built once, on the
+# tables (the ORM's statements take slower paths).
+_USERS: Table = User.__table__  # type: ignore[assignment]
+_IDENTITIES: Table = Identity.__table__  # type: ignore[assignment]
+_CONVERSATIONS: Table = Conversation.__table__  # type: ignore[assignment]
+_FIND_IDENTITY = (
+    select(
+        _IDENTITIES.c.id,
+        _IDENTITIES.c.user_id,
+        _CONVERSATIONS.c.id,
+        _USERS.c.timezone,
+        _IDENTITIES.c.display_name,
+    )
+    .join(_USERS, _USERS.c.id == _IDENTITIES.c.user_id)
+    .join(_CONVERSATIONS, _CONVERSATIONS.c.user_id == _USERS.c.id)
+    .where(
+        _IDENTITIES.c.channel == bindparam("channel"),
+        _IDENTITIES.c.external_id == bindparam("external_id"),
+    )
+)
+
+
 class UnlinkStatus(StrEnum):
     UNLINKED = "unlinked"
     ONLY_IDENTITY = "only identity"
 
 
 class Identities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        writes: AbstractAsyncContextManager[Any] | None = None,
+    ) -> None:
+        """`writes`: held around a first contact's write (`writer_queue`, shared with
+        the other busy write paths)."""
         self._sessions = sessions
+        self._writes = writes if writes is not None else writer_queue(sessions)
 
     async def resolve_identity(
         self,
@@ -48,20 +81,29 @@ class Identities:
         found = await self._find_identity(channel, external_id)
         if found is not None:
             return found
-        async with self._sessions() as session:
-            user = User(display_name=display_name, timezone=timezone, created_at=now)
-            session.add(user)
-            await session.flush()
+        user_id, conversation_id = uuid.uuid4(), uuid.uuid4()
+        async with self._writes, self._sessions() as session:
+            await session.execute(
+                insert(_USERS),
+                {
+                    "id": user_id,
+                    "display_name": display_name,
+                    "timezone": timezone,
+                    "created_at": now,
+                },
+            )
             identity_id = await session.scalar(
-                insert_or_skip(session, Identity)
-                .values(
-                    channel=channel,
-                    external_id=external_id,
-                    user_id=user.id,
-                    display_name=display_name,
-                    created_at=now,
-                )
-                .returning(Identity.id)
+                skipping_insert(session.get_bind().dialect.name, _IDENTITIES).returning(
+                    _IDENTITIES.c.id
+                ),
+                {
+                    "id": uuid.uuid4(),
+                    "channel": channel,
+                    "external_id": external_id,
+                    "user_id": user_id,
+                    "display_name": display_name,
+                    "created_at": now,
+                },
             )
             if identity_id is None:
                 # Two first messages raced; the other one created the identity.
@@ -70,10 +112,18 @@ class Identities:
                 if found is None:
                     raise LookupError(f"identity {channel}:{external_id} vanished")
                 return found
-            conversation = personal_conversation(user.id, display_name, now)
-            session.add(conversation)
+            await session.execute(
+                insert(_CONVERSATIONS),
+                {
+                    "id": conversation_id,
+                    "kind": ConversationKind.PERSONAL,
+                    "user_id": user_id,
+                    "title": display_name,
+                    "created_at": now,
+                },
+            )
             await session.commit()
-            return IdentityRef(identity_id, user.id, conversation.id, timezone, display_name)
+            return IdentityRef(identity_id, user_id, conversation_id, timezone, display_name)
 
     async def relabel(self, identity_id: uuid.UUID, display_name: str) -> None:
         """The identity is now called `display_name`; so are its person and their own
@@ -101,20 +151,11 @@ class Identities:
             await session.commit()
 
     async def _find_identity(self, channel: str, external_id: str) -> IdentityRef | None:
-        query = (
-            select(
-                Identity.id,
-                Identity.user_id,
-                Conversation.id,
-                User.timezone,
-                Identity.display_name,
-            )
-            .join(User, User.id == Identity.user_id)
-            .join(Conversation, Conversation.user_id == User.id)
-            .where(Identity.channel == channel, Identity.external_id == external_id)
-        )
         async with self._sessions() as session:
-            row = (await session.execute(query)).one_or_none()
+            found = await session.execute(
+                _FIND_IDENTITY, {"channel": channel, "external_id": external_id}
+            )
+            row = found.one_or_none()
         return None if row is None else IdentityRef(*row)
 
     async def seen_seq(self, identity_id: uuid.UUID) -> int:

@@ -6,8 +6,10 @@ statement returns no row, and the caller reads the row that won.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,5 +20,13 @@ def insert_or_skip(session: AsyncSession, table: Any) -> Any:
     Typed `Any` because the two dialects' `Insert` classes share no public base that
     carries `on_conflict_do_nothing`."""
     dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return insert(table).on_conflict_do_nothing()
+
+
+@functools.cache
+def skipping_insert(dialect: str, table: Table) -> Any:
+    """`insert_or_skip` into a Core table, built once per dialect: the values are
+    given to `execute`, so a hot path builds no statement and no cache key."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return insert(table).on_conflict_do_nothing()

@@ -6,13 +6,15 @@ Times are passed in by the caller so the gateway's clock is the only clock.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, func, select, update
+from sqlalchemy import Row, Table, Update, bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
@@ -24,7 +26,7 @@ from memory.storage.attachments import (
     take_uploads,
 )
 from memory.storage.engine import writer_queue
-from memory.storage.inserts import insert_or_skip
+from memory.storage.inserts import skipping_insert
 from memory.storage.leases import Held, lock_held
 from memory.storage.models import (
     Conversation,
@@ -140,13 +142,18 @@ def message_view(row: Any) -> StoredMessage:
 
 class Messages:
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], *, count_tokens: Callable[[str], int]
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        count_tokens: Callable[[str], int],
+        writes: AbstractAsyncContextManager[Any] | None = None,
     ) -> None:
         """`count_tokens` gives the tokens a message's text takes in a prompt (stored
-        with it, so prompt assembly never counts again)."""
+        with it, so prompt assembly never counts again); `writes` is held around each
+        write (`writer_queue`, shared with the other busy write paths)."""
         self._sessions = sessions
         self._count_tokens = count_tokens
-        self._writers = writer_queue(sessions)  # two per turn: the busiest write path
+        self._writers = writes if writes is not None else writer_queue(sessions)
 
     async def add_message(
         self,
@@ -380,31 +387,44 @@ async def store_message(
 ) -> StoredMessage | None:
     """Store a message under the conversation's next seq, in `session`'s transaction;
     None if its platform id is stored already (roll back: the seq was reserved)."""
-    is_user = new.role is Role.USER
     # The UPDATE takes the conversation's write lock first, so concurrent inserts into
     # one conversation get consecutive seqs without retries.
     seq = (
         await session.execute(
-            update(Conversation)
-            .where(Conversation.id == conversation_id)
-            .values(
-                last_seq=Conversation.last_seq + 1,
-                last_user_seq=Conversation.last_seq + 1 if is_user else Conversation.last_user_seq,
-                answered_seq=(
-                    Conversation.answered_seq if new.reply_to_seq is None else new.reply_to_seq
-                ),
-                last_message_at=now,
-            )
-            .returning(Conversation.last_seq)
+            _next_seq(new.role is Role.USER, new.reply_to_seq is not None),
+            {"conversation": conversation_id, "answered": new.reply_to_seq, "at": now},
         )
     ).scalar_one()
+    insert = skipping_insert(session.get_bind().dialect.name, _MESSAGES)
     row = await session.execute(
-        insert_or_skip(session, Message)
-        .values(_row(conversation_id, seq, new, tokens, now))
-        .returning(*MESSAGE_COLUMNS)
+        insert.returning(*_MESSAGE_ROW), _row(conversation_id, seq, new, tokens, now)
     )
     stored = row.one_or_none()
-    return None if stored is None else message_view(stored)
+    return None if stored is None else StoredMessage(*stored)
+
+
+# Every message is stored through the two statements below, so they are built once,
+# on the tables (not the ORM classes, whose statements take the ORM's slower paths).
+_MESSAGES: Table = Message.__table__  # type: ignore[assignment]
+_CONVERSATIONS: Table = Conversation.__table__  # type: ignore[assignment]
+_MESSAGE_ROW = tuple(_MESSAGES.c[column.key] for column in MESSAGE_COLUMNS)
+
+
+@functools.cache
+def _next_seq(is_user: bool, answers: bool) -> Update:
+    """Take the conversation's next seq (`conversation`, `answered`, `at`)."""
+    c = _CONVERSATIONS.c
+    return (
+        update(_CONVERSATIONS)
+        .where(c.id == bindparam("conversation"))
+        .values(
+            last_seq=c.last_seq + 1,
+            last_user_seq=c.last_seq + 1 if is_user else c.last_user_seq,
+            answered_seq=bindparam("answered") if answers else c.answered_seq,
+            last_message_at=bindparam("at"),
+        )
+        .returning(c.last_seq)
+    )
 
 
 def _row(

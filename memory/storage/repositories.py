@@ -13,6 +13,7 @@ from memory.storage.attachments import Attachments
 from memory.storage.conversations import Conversations
 from memory.storage.deliveries import Deliveries
 from memory.storage.directory import Directory
+from memory.storage.engine import writer_queue
 from memory.storage.erasure import Erasure
 from memory.storage.idempotency import IdempotencyKeys
 from memory.storage.identities import Identities
@@ -69,13 +70,15 @@ class Repositories:
         """`count_tokens` is stored with each message; `now` is the clock leases read;
         `holder` names this process in leases (None: a name of its own);
         `archive_dir` holds the transcript files erasure removes (None: none are kept)."""
+        # One queue for the writes a message's path makes (SQLite's single writer).
+        writes = writer_queue(sessions)
         return cls(
-            messages=Messages(sessions, count_tokens=count_tokens),
+            messages=Messages(sessions, count_tokens=count_tokens, writes=writes),
             conversations=Conversations(sessions),
-            identities=Identities(sessions),
+            identities=Identities(sessions, writes=writes),
             pairings=Pairings(sessions),
             links=Links(sessions),
-            deliveries=Deliveries(sessions),
+            deliveries=Deliveries(sessions, writes=writes),
             leases=Leases(sessions, now, holder=holder),
             watermarks=Watermarks(sessions),
             idempotency=IdempotencyKeys(sessions),
