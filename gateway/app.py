@@ -28,9 +28,11 @@ def create_app(
     llm: LLMProvider | None = None,
     clock: Clock | None = None,
     sign_in_link: Callable[[str], None] | None = None,
+    started: Callable[[], None] | None = None,
 ) -> FastAPI:
     """`sign_in_link`: told, once the gateway runs, a one-time link that signs a
-    browser in to the dashboard (`parley serve` on a terminal shows it)."""
+    browser in to the dashboard (`parley serve` on a terminal shows it); `started`:
+    called once everything has started."""
     settings = settings or load_settings()
     services = Services.build(settings, llm=llm, clock=clock)
 
@@ -39,6 +41,8 @@ def create_app(
         async with services.running():
             if sign_in_link is not None:
                 sign_in_link(sign_in_url(settings, await app.state.operators.link()))
+            if started is not None:
+                started()
             yield
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)

@@ -52,6 +52,7 @@ from gateway.turns.leases import ConversationLeases
 from gateway.turns.persona import load_persona
 from gateway.turns.recall_tools import RecallTools
 from gateway.turns.runner import TurnRunner
+from gateway.turns.slots import Arrivals
 from gateway.turns.tools import Toolbox
 from gateway.wiring import archive_dir, model_provider, open_stores, replica_name
 from memory.archive.archive import Archive
@@ -119,7 +120,9 @@ class Services:
         archive, profiles = stores.archive, stores.profiles
         metrics = Metrics()
         llm = llm or model_provider(settings, metrics)
-        queue = _job_queue(settings)
+        # Turns and background jobs wait for a pause in arriving messages.
+        arrivals = Arrivals()
+        queue = _job_queue(settings, arrivals)
         jobs = build_jobs(
             settings,
             archive=archive,
@@ -181,6 +184,7 @@ class Services:
             memory=ArchiveMemory(archive, profiles, queue.enqueue, clock, archive_dir(settings)),
             presence=outbox.working,
             concurrency=settings.turn_concurrency,
+            arrivals=arrivals,
             metrics=metrics,
             recall=Toolbox(
                 (
@@ -443,11 +447,13 @@ def _fanout(settings: Settings, hub: Hub) -> RedisFanout | None:
     return RedisFanout(hub, settings.redis_url)
 
 
-def _job_queue(settings: Settings) -> JobQueue:
+def _job_queue(settings: Settings, arrivals: Arrivals) -> JobQueue:
     if settings.redis_url:
         from gateway.jobs.arq_worker import ArqQueue  # arq only when Redis is configured
 
         return ArqQueue(settings.redis_url, key_epoch=settings.job_lease_seconds)
     return EmbeddedQueue(
-        concurrency=settings.embedded_job_concurrency, sweep_every=settings.sweep_interval_seconds
+        concurrency=settings.embedded_job_concurrency,
+        sweep_every=settings.sweep_interval_seconds,
+        pause=arrivals.pause,
     )

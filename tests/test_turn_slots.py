@@ -1,12 +1,14 @@
 """Turn slots: at most `size` turns work at once; one waiting on the model lends its
-slot; a turn stopped meanwhile gives back exactly what it held."""
+slot; a turn stopped meanwhile gives back exactly what it held. Turns and background
+jobs wait for a pause in arriving messages, never longer than the patience."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
-from gateway.turns.slots import TurnSlots
+from gateway.jobs.queue import EmbeddedQueue
+from gateway.turns.slots import Arrivals, TurnSlots
 
 
 async def _hold(slots: TurnSlots, started: asyncio.Event, done: asyncio.Event) -> None:
@@ -73,13 +75,13 @@ async def test_a_turn_stopped_while_the_model_writes_needs_no_slot_to_stop() -> 
 
 
 async def test_a_turn_waits_while_messages_arrive_and_goes_once_they_stop() -> None:
-    slots = TurnSlots(2, quiet=0.05, patience=30)
-    arrived = slots.arriving()
+    slots = TurnSlots(2, Arrivals(quiet=0.05, patience=30))
+    arrived = slots.arrivals.arriving()
     arrived.__enter__()
     started = asyncio.Event()
     turn = asyncio.create_task(_hold(slots, started, asyncio.Event()))
     await asyncio.sleep(0)  # the turn has asked for its slot
-    with slots.arriving():  # another arrival meanwhile
+    with slots.arrivals.arriving():  # another arrival meanwhile
         await asyncio.sleep(0)
     assert not started.is_set()
     arrived.__exit__(None, None, None)
@@ -95,12 +97,12 @@ async def test_a_turn_waits_while_messages_arrive_and_goes_once_they_stop() -> N
 
 
 async def test_arrivals_that_never_stop_hold_a_turn_no_longer_than_the_patience() -> None:
-    slots = TurnSlots(1, quiet=0.05, patience=0.2)
+    slots = TurnSlots(1, Arrivals(quiet=0.05, patience=0.2))
     stop = asyncio.Event()
 
     async def arrivals() -> None:
         while not stop.is_set():
-            with slots.arriving():
+            with slots.arrivals.arriving():
                 await asyncio.sleep(0.01)
 
     arriving = asyncio.create_task(arrivals())
@@ -118,8 +120,8 @@ async def test_arrivals_that_never_stop_hold_a_turn_no_longer_than_the_patience(
 
 
 async def test_a_turn_stopped_while_waiting_for_quiet_gives_its_slot_back() -> None:
-    slots = TurnSlots(1, quiet=0.05, patience=30)
-    with slots.arriving():
+    slots = TurnSlots(1, Arrivals(quiet=0.05, patience=30))
+    with slots.arrivals.arriving():
         waiting = asyncio.create_task(_hold(slots, asyncio.Event(), asyncio.Event()))
         await asyncio.sleep(0.01)
         waiting.cancel()
@@ -132,3 +134,29 @@ async def test_a_turn_stopped_while_waiting_for_quiet_gives_its_slot_back() -> N
     other.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await other
+
+
+class _Jobs:
+    def __init__(self) -> None:
+        self.ran = asyncio.Event()
+
+    async def run(self, job: str, arg: str) -> None:
+        self.ran.set()
+
+    async def sweep(self) -> int:
+        return 0
+
+
+async def test_the_embedded_job_runner_waits_for_the_same_pause() -> None:
+    arrivals = Arrivals(quiet=0.05, patience=30)
+    queue = EmbeddedQueue(concurrency=1, sweep_every=3600, pause=arrivals.pause)
+    jobs = _Jobs()
+    await queue.start(jobs)
+    try:
+        with arrivals.arriving():
+            await queue.enqueue("summarize", "1", key="summarize:1")
+            await asyncio.sleep(0.1)
+            assert not jobs.ran.is_set()  # a message is being stored
+        await asyncio.wait_for(jobs.ran.wait(), 5)
+    finally:
+        await queue.close()

@@ -8,6 +8,7 @@ whatever is due, so a lost queue entry only delays work.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import structlog
@@ -44,7 +45,16 @@ class JobQueue(Protocol):
 class EmbeddedQueue:
     """Jobs as tasks of this process, at most `concurrency` at a time."""
 
-    def __init__(self, *, concurrency: int, sweep_every: float) -> None:
+    def __init__(
+        self,
+        *,
+        concurrency: int,
+        sweep_every: float,
+        pause: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """`pause`: waited for before each job, as turns wait: for a pause in the
+        messages arriving (a job's work shares the loop that acknowledges them)."""
+        self._pause = pause
         self._jobs: Jobs | None = None
         self._sweep_every = sweep_every
         self._slots = asyncio.Semaphore(concurrency)
@@ -90,6 +100,8 @@ class EmbeddedQueue:
                 await asyncio.sleep(defer)
             async with self._slots:
                 assert self._jobs is not None, "start() the queue first"
+                if self._pause is not None:
+                    await self._pause()
                 await self._jobs.run(job, arg)
         except Exception:
             log.exception("job failed", job=job, key=key)

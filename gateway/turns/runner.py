@@ -36,7 +36,7 @@ from gateway.turns.answering import (
 from gateway.turns.budget import BUDGET_NOTICE, Budgets, Verdict
 from gateway.turns.leases import ConversationLeases
 from gateway.turns.presence import NO_PREVIEW, Preview
-from gateway.turns.slots import Slot, TurnSlots
+from gateway.turns.slots import Arrivals, Slot, TurnSlots
 from memory.provenance import COMMAND_SOURCE, NOTICE_SOURCE, is_firing
 from memory.storage.attachments import fetching as files_fetching
 from memory.storage.conversations import Conversations, TurnState
@@ -135,10 +135,12 @@ class TurnRunner:
         files: FileWait | None = None,
         files_wait: float = 20.0,
         concurrency: int = 2,
+        arrivals: Arrivals | None = None,
     ) -> None:
         """`budgets`: the daily token caps (None: nothing is capped); `files`: where a
         turn waits, at most `files_wait` s, for the files of its messages still being
-        fetched (None: it does not)."""
+        fetched (None: it does not); `arrivals`: whose pauses turns wait for (shared
+        with the job runner; None: the runner's own)."""
         self._files = files
         self._files_wait = files_wait
         self._metrics = metrics or Metrics()
@@ -171,7 +173,7 @@ class TurnRunner:
         self._loops: dict[uuid.UUID, asyncio.Task[None]] = {}
         # A conversation waits for a slot before it takes its lease, so a waiting one
         # holds no lease and costs one task.
-        self._slots = TurnSlots(concurrency)
+        self._slots = TurnSlots(concurrency, arrivals)
         self._again: set[uuid.UUID] = set()
         # None: the message is left unanswered (past the day's budget).
         self._waiters: dict[uuid.UUID, list[tuple[int, asyncio.Future[StoredMessage | None]]]] = {}
@@ -179,7 +181,7 @@ class TurnRunner:
 
     def arriving(self) -> contextlib.AbstractContextManager[None]:
         """Around storing a message: turns wait to take a slot until none is stored."""
-        return self._slots.arriving()
+        return self._slots.arrivals.arriving()
 
     def request(self, conversation_id: uuid.UUID) -> None:
         """Make sure everything unanswered in the conversation gets a turn."""

@@ -9,11 +9,12 @@ turn takes a slot for its work and lends it while it waits for the model, which 
 no CPU here however long it takes. Conversations that wait for a slot are served in
 the order they asked; their messages are stored, so nothing waits in memory only.
 
-Arrivals come first: while a message is being stored (`arriving`), a turn that would
-take a slot waits until none is, for at most `patience` seconds, so that a platform
-waiting on its acknowledgement never waits behind a turn's work. A burst is answered
-after it, with fewer turns (each answers what its conversation said meanwhile); the
-patience keeps turns going under arrivals that never stop.
+Arrivals come first: while messages are being stored (`Arrivals.arriving`), a turn
+that would take a slot waits for a pause in them, for at most `patience` seconds, so
+that a platform waiting on its acknowledgement never waits behind a turn's work. A
+burst is answered after it, with fewer turns (each answers what its conversation said
+meanwhile); the patience keeps turns going under arrivals that never stop. The
+embedded job runner waits for the same pause.
 """
 
 from __future__ import annotations
@@ -28,18 +29,17 @@ PATIENCE_SECONDS = 2.0
 QUIET_SECONDS = 0.025
 
 
-class TurnSlots:
-    def __init__(
-        self, size: int, *, patience: float = PATIENCE_SECONDS, quiet: float = QUIET_SECONDS
-    ) -> None:
-        self._free = asyncio.Semaphore(size)
+class Arrivals:
+    """Whether messages are arriving: the work that can wait (turns, background jobs)
+    waits for a pause in them."""
+
+    def __init__(self, *, patience: float = PATIENCE_SECONDS, quiet: float = QUIET_SECONDS) -> None:
         self._patience = patience
         self._quiet_after = quiet
         self._arriving = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
         self._quieting: asyncio.TimerHandle | None = None
-        self.in_use = 0
 
     @contextlib.contextmanager
     def arriving(self) -> Iterator[None]:
@@ -58,6 +58,21 @@ class TurnSlots:
                     self._quiet_after, self._quiet.set
                 )
 
+    async def pause(self) -> None:
+        """Until no message has arrived for a moment, or `patience` seconds at most."""
+        if self._quiet.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._patience):
+                await self._quiet.wait()
+
+
+class TurnSlots:
+    def __init__(self, size: int, arrivals: Arrivals | None = None) -> None:
+        self._free = asyncio.Semaphore(size)
+        self.arrivals = arrivals or Arrivals()
+        self.in_use = 0
+
     @contextlib.asynccontextmanager
     async def taken(self) -> AsyncIterator[Slot]:
         await self._take()
@@ -71,10 +86,7 @@ class TurnSlots:
     async def _take(self) -> None:
         await self._free.acquire()
         try:
-            if not self._quiet.is_set():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._patience):
-                        await self._quiet.wait()
+            await self.arrivals.pause()
         except BaseException:  # cancelled while waiting: the slot was never used
             self._free.release()
             raise

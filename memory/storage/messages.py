@@ -395,9 +395,8 @@ async def store_message(
             {"conversation": conversation_id, "answered": new.reply_to_seq, "at": now},
         )
     ).scalar_one()
-    insert = skipping_insert(session.get_bind().dialect.name, _MESSAGES)
     row = await session.execute(
-        insert.returning(*_MESSAGE_ROW), _row(conversation_id, seq, new, tokens, now)
+        _insert(session.get_bind().dialect.name), _row(conversation_id, seq, new, tokens, now)
     )
     stored = row.one_or_none()
     return None if stored is None else StoredMessage(*stored)
@@ -408,6 +407,12 @@ async def store_message(
 _MESSAGES: Table = Message.__table__  # type: ignore[assignment]
 _CONVERSATIONS: Table = Conversation.__table__  # type: ignore[assignment]
 _MESSAGE_ROW = tuple(_MESSAGES.c[column.key] for column in MESSAGE_COLUMNS)
+
+
+@functools.cache
+def _insert(dialect: str) -> Any:
+    """Insert a message unless its platform id is stored (`_row`'s values)."""
+    return skipping_insert(dialect, _MESSAGES).returning(*_MESSAGE_ROW)
 
 
 @functools.cache
