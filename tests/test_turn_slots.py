@@ -160,3 +160,15 @@ async def test_the_embedded_job_runner_waits_for_the_same_pause() -> None:
         await asyncio.wait_for(jobs.ran.wait(), 5)
     finally:
         await queue.close()
+
+
+async def test_a_message_on_its_own_keeps_no_turn_waiting() -> None:
+    slots = TurnSlots(1, Arrivals(quiet=5, patience=30))
+    with slots.arrivals.arriving():
+        pass
+    started = asyncio.Event()
+    turn = asyncio.create_task(_hold(slots, started, asyncio.Event()))
+    await asyncio.wait_for(started.wait(), 1)  # not the 5 s a burst would wait
+    turn.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await turn

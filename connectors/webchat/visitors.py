@@ -154,4 +154,4 @@ class Visitors:
             display_name=visitor.identity.display_name or VISITOR_NAME,
             attachment_ids=attachments,
         )
-        return await self.core.receive(inbound)
+        return await self.core.receive(inbound, awaited=True)  # the POST waits for the reply

@@ -8,6 +8,7 @@ can do (split, pace, type, take notices) is read from its `Capabilities`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
@@ -152,11 +153,13 @@ class Core:
         await self._identities.relabel(identity.identity_id, display_name)
         return dataclasses.replace(identity, display_name=display_name)
 
-    async def receive(self, inbound: Inbound) -> Received:
+    async def receive(self, inbound: Inbound, *, awaited: bool = False) -> Received:
         """Store a message and start its turn; `AccessRefused` (nothing stored) if the
         channel's policy does not let the sender in, once its answer is sent where the
-        channel takes notices; `InputError` if it cannot be stored."""
-        with self._runner.arriving():  # turns wait: the platform waits for this
+        channel takes notices; `InputError` if it cannot be stored. `awaited`: the
+        sender waits on the line for the reply (the web chat's POST), so the turn is
+        what it waits for: it does not count as an arrival that turns make way for."""
+        with contextlib.nullcontext() if awaited else self._runner.arriving():
             received = await self._store(inbound)
         if received.created and inbound.expects_reply:
             self._runner.request(received.message.conversation_id)

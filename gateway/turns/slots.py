@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Iterator
 
 PATIENCE_SECONDS = 2.0
@@ -40,6 +41,7 @@ class Arrivals:
         self._quiet = asyncio.Event()
         self._quiet.set()
         self._quieting: asyncio.TimerHandle | None = None
+        self._last_stored = -math.inf
 
     @contextlib.contextmanager
     def arriving(self) -> Iterator[None]:
@@ -53,10 +55,14 @@ class Arrivals:
             yield
         finally:
             self._arriving -= 1
+            loop = asyncio.get_running_loop()
+            now, last = loop.time(), self._last_stored
+            self._last_stored = now
             if not self._arriving:
-                self._quieting = asyncio.get_running_loop().call_later(
-                    self._quiet_after, self._quiet.set
-                )
+                if now - last < self._quiet_after:  # a burst: more may follow at once
+                    self._quieting = loop.call_later(self._quiet_after, self._quiet.set)
+                else:  # a message on its own: its turn need not wait
+                    self._quiet.set()
 
     async def pause(self) -> None:
         """Until no message has arrived for a moment, or `patience` seconds at most."""
