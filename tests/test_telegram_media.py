@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import pytest
 import structlog
 
 from memory.storage.attachments import PlatformFile
-from memory.storage.messages import NewMessage
+from memory.storage.messages import NewMessage, StoredMessage
 from memory.storage.models import AttachmentKind, AttachmentState, Role
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import Behaviour, CallTools, Fail, FakeLLM
@@ -238,31 +238,27 @@ async def test_a_file_a_dead_process_left_fetching_is_fetched_by_the_sweep(
         async with platform_gateway(database_url, tmp_path, llm, tg=fake) as p:
             services = p.gw.services
             identity = await services.core.identity("telegram", "3333")
+
+            async def stored(text: str, number: int, file_id: str, now: datetime) -> StoredMessage:
+                message, _ = await services.repos.messages.add_message(
+                    identity.conversation_id,
+                    NewMessage(
+                        role=Role.USER,
+                        channel="telegram",
+                        text=text,
+                        identity_id=identity.identity_id,
+                        platform_message_id=f"3333:{number}",
+                        platform_files=(PlatformFile(AttachmentKind.IMAGE, file_id),),
+                    ),
+                    now=now,
+                )
+                return message
+
             # Stored by a process that died before it fetched the file.
             long_ago = services.clock.now() - timedelta(minutes=10)
-            message, _ = await services.repos.messages.add_message(
-                identity.conversation_id,
-                NewMessage(
-                    role=Role.USER,
-                    channel="telegram",
-                    text="from before the crash",
-                    identity_id=identity.identity_id,
-                    platform_message_id="3333:901",
-                    platform_files=(PlatformFile(AttachmentKind.IMAGE, "AgAD-large"),),
-                ),
-                now=long_ago,
-            )
-            fresh, _ = await services.repos.messages.add_message(
-                identity.conversation_id,
-                NewMessage(
-                    role=Role.USER,
-                    channel="telegram",
-                    text="still being fetched by a live process",
-                    identity_id=identity.identity_id,
-                    platform_message_id="3333:902",
-                    platform_files=(PlatformFile(AttachmentKind.IMAGE, "AgAD-other"),),
-                ),
-                now=services.clock.now(),
+            message = await stored("from before the crash", 901, "AgAD-large", long_ago)
+            fresh = await stored(
+                "still being fetched by a live process", 902, "AgAD-other", services.clock.now()
             )
             # (The sweep that ran at start may have found it first: either fetches it.)
             await services.fetcher.sweep()

@@ -9,24 +9,23 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 
 def insert_or_skip(session: AsyncSession, table: Any) -> Any:
-    """An insert into `table` that skips a row conflicting with any unique key.
+    """An insert into `table` (a table or an ORM class) that skips a row conflicting
+    with any unique key.
 
     Typed `Any` because the two dialects' `Insert` classes share no public base that
     carries `on_conflict_do_nothing`."""
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return insert(table).on_conflict_do_nothing()
+    return skipping_insert(session.get_bind().dialect.name, table)
 
 
 @functools.cache
-def skipping_insert(dialect: str, table: Table) -> Any:
-    """`insert_or_skip` into a Core table, built once per dialect: the values are
-    given to `execute`, so a hot path builds no statement and no cache key."""
+def skipping_insert(dialect: str, table: Any) -> Any:
+    """`insert_or_skip` for `dialect`, built once: a statement is immutable, and one
+    whose values are given to `execute` costs a hot path no construction and no
+    cache key."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return insert(table).on_conflict_do_nothing()
