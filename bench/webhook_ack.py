@@ -367,6 +367,76 @@ def gateway_env(
     return env
 
 
+@dataclass
+class Processes:
+    fakes: dict[str, str]  # base URLs, as `bench.webhook_fakes` writes them
+    baseline: Child
+    gateway: Child
+
+
+@contextlib.asynccontextmanager
+async def three_processes(
+    database_url: str,
+    directory: Path,
+    gateway_args: Sequence[str],
+    settings: Sequence[tuple[str, str]],
+    gateway_log: Path,
+) -> AsyncIterator[Processes]:
+    """The fakes, the baseline and the gateway (`python <gateway_args>`, run where no
+    `.env` is, so only the settings given here apply), each ready; stopped on the way out."""
+    async with contextlib.AsyncExitStack() as stack:
+        logs = directory / "children.log"
+        fakes_file = directory / "fakes.json"
+        fakes_process = await stack.enter_async_context(
+            child(
+                "fakes",
+                ["-m", "bench.webhook_fakes", "--port-file", str(fakes_file)],
+                python_env(),
+                ROOT,
+                logs,
+            )
+        )
+        fakes: dict[str, str] = json.loads(
+            await wait_for_file(fakes_file, fakes_process, "the fakes")
+        )
+        port_file = directory / "baseline.port"
+        baseline = await stack.enter_async_context(
+            child(
+                "baseline",
+                [
+                    "-m",
+                    "bench.webhook_baseline",
+                    "--database-url",
+                    database_url,
+                    "--port-file",
+                    str(port_file),
+                ],
+                python_env(),
+                ROOT,
+                logs,
+            )
+        )
+        base_url = f"http://127.0.0.1:{await wait_for_file(port_file, baseline, 'the baseline')}"
+        port = free_port()
+        data_dir = directory / "data"
+        data_dir.mkdir()
+        gateway = await stack.enter_async_context(
+            child(
+                "gateway",
+                gateway_args,
+                gateway_env(database_url, data_dir, port, fakes, settings),
+                directory,
+                gateway_log,
+            )
+        )
+        gateway_url = f"http://127.0.0.1:{port}"
+        await wait_ready(base_url, baseline, "the baseline")
+        await wait_ready(gateway_url, gateway, "the gateway")
+        yield Processes(
+            fakes, Child("baseline", baseline, base_url), Child("gateway", gateway, gateway_url)
+        )
+
+
 # -- databases -------------------------------------------------------------------------------
 
 
@@ -626,58 +696,16 @@ async def run(options: Options) -> Report:
         database_url = await stack.enter_async_context(
             scratch_database(options.database_url, directory)
         )
-        logs = directory / "children.log"
-        fakes_file = directory / "fakes.json"
-        fakes_process = await stack.enter_async_context(
-            child(
-                "fakes",
-                ["-m", "bench.webhook_fakes", "--port-file", str(fakes_file)],
-                python_env(),
-                ROOT,
-                logs,
-            )
-        )
-        fakes: dict[str, str] = json.loads(
-            await wait_for_file(fakes_file, fakes_process, "the fakes")
-        )
-        port_file = directory / "baseline.port"
-        baseline = await stack.enter_async_context(
-            child(
-                "baseline",
-                [
-                    "-m",
-                    "bench.webhook_baseline",
-                    "--database-url",
-                    database_url,
-                    "--port-file",
-                    str(port_file),
-                ],
-                python_env(),
-                ROOT,
-                logs,
-            )
-        )
-        base_url = f"http://127.0.0.1:{await wait_for_file(port_file, baseline, 'the baseline')}"
-        port = free_port()
-        data_dir = directory / "data"
-        data_dir.mkdir()
-        # The gateway runs where no `.env` is, so only the settings given here apply.
-        gateway = await stack.enter_async_context(
-            child(
-                "gateway",
-                ["-m", "gateway", "serve"],
-                gateway_env(database_url, data_dir, port, fakes, options.settings),
+        started = await stack.enter_async_context(
+            three_processes(
+                database_url,
                 directory,
+                ["-m", "gateway", "serve"],
+                options.settings,
                 with_log if with_log is not None else Path(os.devnull),
             )
         )
-        gateway_url = f"http://127.0.0.1:{port}"
-        await wait_ready(base_url, baseline, "the baseline")
-        await wait_ready(gateway_url, gateway, "the gateway")
-        children = {
-            "baseline": Child("baseline", baseline, base_url),
-            "gateway": Child("gateway", gateway, gateway_url),
-        }
+        children, fakes = {"baseline": started.baseline, "gateway": started.gateway}, started.fakes
         bench = Bench(options, database_url, children, fakes)
         limits = httpx.Limits(
             max_connections=options.in_flight, max_keepalive_connections=options.in_flight

@@ -6,6 +6,7 @@ gateway: `/webhooks/telegram` checks the `X-Telegram-Bot-Api-Secret-Token` heade
 constant time, `/webhooks/whatsapp` the `X-Hub-Signature-256` HMAC of the raw body. It
 parses the JSON body, stores the update's text as one row in `messages` (one INSERT
 through the gateway's engine factory, one COMMIT) and answers 200. No turn, no logging.
+`/bench/messages` takes a web chat message's body the same way (`bench.turn_cost`).
 The secrets are the fakes' (`tests.fakes`), as the gateway's are in the benchmark.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, Response
 
-from bench.turn_apps import BaselineStore
+from bench.turn_apps import BASELINE_PATH, BaselineIn, BaselineOut, BaselineStore
 from bench.turn_server import run_on_a_free_port
 from tests.fakes.graph_api import APP_SECRET
 from tests.fakes.telegram_api import WEBHOOK_SECRET
@@ -74,6 +75,11 @@ def baseline_app(database_url: str) -> FastAPI:
             raise HTTPException(400, "not a WhatsApp notification") from None
         await store("bench-whatsapp", text)
         return Response(status_code=200)
+
+    @app.post(BASELINE_PATH)
+    async def webchat(body: BaselineIn) -> BaselineOut:
+        message = await store("bench", body.text, body.client_id)
+        return BaselineOut(id=message.id, seq=message.seq)
 
     return app
 

@@ -15,7 +15,8 @@ chat's last update.
 
 The port file gets, once every server accepts connections, a JSON object of base URLs:
 `llm` (OpenAI base, ending in /v1), `telegram`, `graph` (ending in the API version) and
-`state`. The process serves until SIGTERM or SIGINT.
+`state` (also serving `/replied/{chat}/{count}`, a long poll for a Telegram chat's
+`count`-th reply). The process serves until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from tests.support.servers import serve
 
 MARK = re.compile(r"msg-(\d+)-of-")
 ANSWER = re.compile(r"answered up to msg-(\d+)")
+REPLY_WAIT_SECONDS = 60.0
 
 
 def message_text(number: int, chat: str) -> str:
@@ -64,7 +66,20 @@ def answered(text: str) -> int | None:
 class State:
     def __init__(self, llm: FakeLLM, tg: FakeTelegram, wa: FakeGraph) -> None:
         self.llm, self.tg, self.wa = llm, tg, wa
-        self.app = Starlette(routes=[Route("/state", self.state, methods=["GET"])])
+        self.app = Starlette(
+            routes=[
+                Route("/state", self.state, methods=["GET"]),
+                Route("/replied/{chat:int}/{count:int}", self.replied, methods=["GET"]),
+            ]
+        )
+
+    async def replied(self, request: Request) -> JSONResponse:
+        """Answers once the Telegram chat has been sent `count` messages (a long poll:
+        `bench.turn_cost` waits here for each turn's reply); 504 after a minute."""
+        chat, count = request.path_params["chat"], request.path_params["count"]
+        if await self.tg.wait_sent(chat, count, REPLY_WAIT_SECONDS):
+            return JSONResponse({"chat": chat, "count": count})
+        return JSONResponse({"error": f"chat {chat} has no reply {count}"}, status_code=504)
 
     async def state(self, _: Request) -> JSONResponse:
         """Per chat, what each reply answered, in the order the platform took them."""

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,6 +68,8 @@ class FakeTelegram:
         self._polls: set[Request] = set()
         self.conflicts = 0
         self._changed = asyncio.Condition()
+        # Messages accepted per chat: a count to wait on without scanning every call.
+        self._sent_counts: Counter[int] = Counter()
         self._message_ids = itertools.count(1000)
         # What each message the bot sent shows now, edits included: (chat, id) -> text.
         self.showing: dict[tuple[int, int], str] = {}
@@ -149,6 +151,15 @@ class FakeTelegram:
             methods = [c.method for c in self.calls]
             raise TimeoutError(f"condition not met; calls so far: {methods}") from None
 
+    async def wait_sent(self, chat_id: int, count: int, seconds: float) -> bool:
+        """Wait until `count` messages to `chat_id` were accepted; False on timeout."""
+        try:
+            async with asyncio.timeout(seconds), self._changed:
+                await self._changed.wait_for(lambda: self._sent_counts[chat_id] >= count)
+        except TimeoutError:
+            return False
+        return True
+
     # -- the API ----------------------------------------------------------------------
 
     async def _method(self, request: Request) -> JSONResponse:
@@ -192,6 +203,8 @@ class FakeTelegram:
         async with self._changed:
             if method in ("sendMessage", "editMessageText") and response.status_code == 200:
                 params["_accepted"] = True
+                if method == "sendMessage":
+                    self._sent_counts[params["chat_id"]] += 1
             self._changed.notify_all()
         return response
 
