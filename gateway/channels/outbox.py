@@ -7,6 +7,7 @@ notices (refusals, pairing codes) go out through the same connectors.
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import cast
 
@@ -25,6 +26,9 @@ from memory.storage.previews import PreviewPlace
 from memory.storage.repositories import Repositories
 
 log = structlog.get_logger(__name__)
+
+# More than the turns one process runs at once.
+TURN_CHATS_KEPT = 1024
 
 
 class Outbox:
@@ -45,6 +49,10 @@ class Outbox:
         self._deliveries = repos.deliveries
         self._previews = repos.previews
         self._delivery = delivery
+        # The chat each running turn's presence read, kept for its reply's delivery so a
+        # turn reads its address once. Taken by `deliver`; bounded for turns that fail
+        # between the two.
+        self._turn_chats: OrderedDict[int, ChatRef] = OrderedDict()
 
     def delivered_by_storing(self, channel: str) -> bool:
         sender = self._senders.get(channel)
@@ -57,7 +65,11 @@ class Outbox:
             # Only the address matters.
             chat = ChatRef(reply.channel, await self._identities.external_id(trigger.identity_id))
         else:
-            chat = await self.chat_of(trigger)
+            chat = (
+                self._turn_chats.pop(trigger.id)
+                if trigger.id in self._turn_chats
+                else await self.chat_of(trigger)
+            )
         await self._submit(reply, trigger, chat)
 
     async def send_unprompted(self, message: StoredMessage, chat: ChatRef) -> None:
@@ -120,6 +132,9 @@ class Outbox:
             yield NO_PREVIEW
             return
         chat = await self.chat_of(trigger)
+        self._turn_chats[trigger.id] = chat
+        if len(self._turn_chats) > TURN_CHATS_KEPT:
+            self._turn_chats.popitem(last=False)
         caps = sender.capabilities
         async with typing_while(sender, chat, interval):
             if caps.drafts and chat.group_id is None:

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from memory.storage.files import create_private_file, private_dir, tighten
+from memory.storage.sqlite_trips import one_trip_dbapi
 
 # SQLite's companions of the database file: it creates them with the database's mode.
 _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -45,7 +46,13 @@ def create_engine(url: str) -> AsyncEngine:
     # that a burst does not open and close connections per request. A session ends its
     # transaction itself (commit, or rollback on close): the pool's second rollback on
     # return was one more trip to the connection's thread, two of an acknowledgement's 16.
-    engine = create_async_engine(url, pool_size=20, max_overflow=10, pool_reset_on_return=None)
+    engine = create_async_engine(
+        url,
+        pool_size=20,
+        max_overflow=10,
+        pool_reset_on_return=None,
+        module=one_trip_dbapi(),
+    )
     event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
 

@@ -7,12 +7,14 @@ conversation id): a group's turns count against nobody's own budget.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -111,20 +113,25 @@ _COLUMNS = ("day", "subject", "kind", "model", "group", "calls", "prompt", "cach
 
 async def _add(session: AsyncSession, row: dict[str, object]) -> None:
     """Add `row`'s counts to its day's row, making it if there is none."""
-    dialect = session.get_bind().dialect.name
+    await session.execute(_adding(session.get_bind().dialect.name), row)
+
+
+@functools.cache
+def _adding(dialect: str) -> Any:
+    """The upsert `_add` runs, built once per dialect (every turn charges one): the
+    row's values are given to `execute`, so a charge costs no statement building."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(UsageDay).values(row)
+    table = cast(Table, UsageDay.__table__)
+    statement = insert(table)
     added = statement.excluded
-    await session.execute(
-        statement.on_conflict_do_update(
-            index_elements=["day", "subject", "kind", "model"],
-            set_={
-                "calls": UsageDay.calls + added.calls,
-                "prompt": UsageDay.prompt + added.prompt,
-                "cached": UsageDay.cached + added.cached,
-                "completion": UsageDay.completion + added.completion,
-            },
-        )
+    return statement.on_conflict_do_update(
+        index_elements=["day", "subject", "kind", "model"],
+        set_={
+            "calls": table.c.calls + added.calls,
+            "prompt": table.c.prompt + added.prompt,
+            "cached": table.c.cached + added.cached,
+            "completion": table.c.completion + added.completion,
+        },
     )
 
 

@@ -1,0 +1,160 @@
+"""SQLite through aiosqlite in one trip per statement.
+
+aiosqlite runs each call of the sqlite3 API in its own thread: SQLAlchemy's adapter
+makes four of those trips for every statement (open a cursor, execute, fetch the rows,
+close the cursor), and each trip costs a queue put, a thread wake-up and an event loop
+wake-up, about 36 µs of CPU here against 8 µs for the statement itself. The cursor
+below does all four in one trip. It is passed to the engine as its DBAPI module
+(`create_async_engine(module=...)`); everything else is SQLAlchemy's aiosqlite dialect.
+Server-side cursors (`stream()`) keep the library's own cursor.
+"""
+
+from __future__ import annotations
+
+import collections
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, cast
+
+import aiosqlite
+from sqlalchemy.connectors.asyncio import AsyncIODBAPIConnection
+from sqlalchemy.dialects.sqlite.aiosqlite import (
+    AsyncAdapt_aiosqlite_connection,
+    AsyncAdapt_aiosqlite_cursor,
+    AsyncAdapt_aiosqlite_dbapi,
+)
+from sqlalchemy.util import EMPTY_DICT
+from sqlalchemy.util.concurrency import await_
+
+# What one trip brings back: description, rowcount, lastrowid, every row, and whether
+# the connection is inside a transaction after it.
+_Outcome = tuple[Any, int, int | None, list[Any], bool]
+
+
+def _one_trip(
+    connection: sqlite3.Connection, operation: str, parameters: Any, many: bool
+) -> _Outcome:
+    """In aiosqlite's thread: run the statement and read all it returns."""
+    cursor = connection.cursor()
+    try:
+        if many:
+            cursor.executemany(operation, parameters)
+        elif parameters is None:
+            cursor.execute(operation)
+        else:
+            cursor.execute(operation, parameters)
+        rows = cursor.fetchall() if cursor.description else []
+        # After the fetch: with RETURNING, SQLite counts rows as they are stepped.
+        return (
+            cursor.description,
+            cursor.rowcount,
+            cursor.lastrowid,
+            rows,
+            connection.in_transaction,
+        )
+    finally:
+        cursor.close()
+
+
+class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
+    """A buffered cursor: the statement's outcome is fetched whole in one trip."""
+
+    __slots__ = ("_outcome",)
+
+    def __init__(self, adapt_connection: AsyncAdapt_aiosqlite_connection) -> None:
+        # No cursor is opened ahead: the trip opens and closes its own.
+        self._adapt_connection = adapt_connection
+        self._connection = adapt_connection._connection
+        self._cursor = None  # type: ignore[assignment]  # every method that used it is ours
+        self._soft_closed_memoized = EMPTY_DICT
+        self._rows = collections.deque()
+        self._outcome: _Outcome = (None, -1, None, [], False)
+
+    @property
+    def description(self) -> Any:
+        return self._outcome[0]
+
+    @property
+    def rowcount(self) -> int:
+        return self._outcome[1]
+
+    @property
+    def lastrowid(self) -> Any:
+        return self._outcome[2]
+
+    @property
+    def arraysize(self) -> int:
+        return 1
+
+    @arraysize.setter
+    def arraysize(self, value: int) -> None:
+        """Rows are fetched whole: there is no batch size to set."""
+
+    async def _async_soft_close(self) -> None:
+        """Nothing is left open after a trip."""
+
+    def close(self) -> None:
+        self._rows.clear()
+
+    def execute(self, operation: Any, parameters: Any = None) -> Any:
+        try:
+            await_(self._trip(operation, parameters, many=False))
+        except Exception as error:
+            self._adapt_connection._handle_exception(error)
+
+    def executemany(self, operation: Any, seq_of_parameters: Sequence[Any]) -> Any:
+        try:
+            await_(self._trip(operation, seq_of_parameters, many=True))
+        except Exception as error:
+            self._adapt_connection._handle_exception(error)
+
+    async def _trip(self, operation: Any, parameters: Any, *, many: bool) -> None:
+        connection: Any = self._connection  # aiosqlite's, whose `_execute` is untyped
+        adapted = cast(OneTripConnection, self._adapt_connection)
+        async with adapted._execute_mutex:
+            self._outcome = await connection._execute(
+                _one_trip, connection._conn, operation, parameters, many
+            )
+        adapted.in_transaction = self._outcome[4]
+        self._rows = collections.deque(self._outcome[3])
+
+
+class OneTripConnection(AsyncAdapt_aiosqlite_connection):
+    """Also skips the trip of a commit or rollback with no transaction open: Python's
+    sqlite3 begins one only before a write, so a session that only read (most of them)
+    ends with nothing to end."""
+
+    __slots__ = ("in_transaction",)
+    _cursor_cls: type[AsyncAdapt_aiosqlite_cursor] = OneTripCursor
+
+    def __init__(self, dbapi: Any, connection: AsyncIODBAPIConnection) -> None:
+        super().__init__(dbapi, connection)
+        self.in_transaction = False
+
+    def cursor(self, server_side: bool = False) -> Any:
+        if server_side:
+            # The library's own cursor, which reports nothing back: assume it began one.
+            self.in_transaction = True
+        return super().cursor(server_side)
+
+    def rollback(self) -> None:
+        if self.in_transaction:
+            super().rollback()
+            self.in_transaction = False
+
+    def commit(self) -> None:
+        if self.in_transaction:
+            super().commit()
+            self.in_transaction = False
+
+
+class OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):
+    """SQLAlchemy's aiosqlite DBAPI adapter, its connections using `OneTripCursor`."""
+
+    def connect(self, *arg: Any, **kw: Any) -> OneTripConnection:
+        adapted = super().connect(*arg, **kw)
+        return OneTripConnection(self, adapted._connection)
+
+
+def one_trip_dbapi() -> OneTripDBAPI:
+    return OneTripDBAPI(aiosqlite, sqlite3)
