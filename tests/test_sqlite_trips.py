@@ -74,6 +74,19 @@ async def test_the_cursor_reports_what_sqlite_did(engine: AsyncEngine) -> None:
         assert [row.body async for row in streamed] == ["FIRST", "SECOND!", "third!"]
 
 
+async def test_a_failed_first_write_is_rolled_back_all_the_same(engine: AsyncEngine) -> None:
+    async with engine.connect() as conn:
+        await conn.execute(text("INSERT INTO notes (body) VALUES ('taken')"))
+        await conn.commit()
+        with pytest.raises(IntegrityError):
+            await conn.execute(text("INSERT INTO notes (body) VALUES ('taken')"))
+        driver: Any = (await conn.get_raw_connection()).driver_connection
+        assert await driver._execute(lambda: driver._conn.in_transaction)
+        await conn.rollback()
+        # Ended, so the write lock the failed INSERT took is free for others.
+        assert not await driver._execute(lambda: driver._conn.in_transaction)
+
+
 async def test_rollback_undoes_a_write_and_errors_keep_their_types(engine: AsyncEngine) -> None:
     sessions = async_sessionmaker(engine)
     async with sessions() as session:

@@ -112,9 +112,15 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
         connection: Any = self._connection  # aiosqlite's, whose `_execute` is untyped
         adapted = cast(OneTripConnection, self._adapt_connection)
         async with adapted._execute_mutex:
-            self._outcome = await connection._execute(
-                _one_trip, connection._conn, operation, parameters, many
-            )
+            try:
+                self._outcome = await connection._execute(
+                    _one_trip, connection._conn, operation, parameters, many
+                )
+            except BaseException:
+                # A failed write may have begun a transaction (and taken the write
+                # lock): unknown, so the next commit or rollback goes to the thread.
+                adapted.in_transaction = True
+                raise
         adapted.in_transaction = self._outcome[4]
         self._rows = collections.deque(self._outcome[3])
 
