@@ -10,13 +10,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from playwright.async_api import BrowserContext, Dialog, Page, Route, ViewportSize, expect
+from playwright.async_api import (
+    BrowserContext,
+    Dialog,
+    Locator,
+    Page,
+    Route,
+    ViewportSize,
+    expect,
+)
 from sqlalchemy import Select
 
 from memory.storage.engine import create_engine
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import ADMIN_TOKEN
 from tests.support.platforms import ADMIN, Platforms, platform_gateway
+from tests.support.polling import eventually
 from tests.support.webpage import TIMEOUT_MS
 from tests.support.world import World, build_world
 
@@ -111,6 +120,21 @@ class Dialogs:
         self.asked: list[str] = []
         self.accept = False
         page.on("dialog", self._answer)
+
+    async def dismissed(self, button: Locator) -> None:
+        """Click `button` until its question is asked (and dismissed). A click that
+        lands while the page draws its lists again reaches a button already replaced
+        and asks nothing; a dismissed question changes nothing, so asking again is
+        harmless. Once the clicked button is enabled again its question was answered."""
+        assert not self.accept
+        before = len(self.asked)
+
+        async def click() -> int:
+            await button.click()
+            await expect(button).to_be_enabled()
+            return len(self.asked)
+
+        await eventually(click, until=lambda asked: asked > before, interval=0.2)
 
     async def _answer(self, dialog: Dialog) -> None:
         self.asked.append(dialog.message)
