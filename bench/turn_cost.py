@@ -45,6 +45,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any, Literal
 
 import httpx
@@ -124,7 +125,7 @@ class Load:
     def _text(self) -> str:
         return f"Benchmark message number {next(self._texts)}, please note it down."
 
-    async def turns(self, app: App, workload: Workload) -> Turn:
+    def turns(self, app: App, workload: Workload) -> Turn:
         per_person = self.options.turns_per_person
         if app == "baseline":
             return self._baseline_webchat if workload == "webchat" else self._baseline_telegram
@@ -204,7 +205,9 @@ class Load:
         await self._post_update(self.urls["baseline"], 1_000_000 + worker, index + 1)
 
 
-async def closed_loop(turn: Turn, concurrency: int, count: int) -> tuple[float, list[Any]]:
+async def closed_loop(
+    turn: Turn, concurrency: int, count: int
+) -> tuple[float, list[tuple[int, float]]]:
     """`count` turns from `concurrency` workers, each starting its next once its last is
     done. Returns the wall time and (index, seconds) pairs."""
     indexes = iter(range(count))
@@ -228,8 +231,8 @@ async def segment(
 ) -> Figures:
     options = load.options
     if options.warmup:
-        await closed_loop(await load.turns(app, workload), concurrency, options.warmup)
-    turn = await load.turns(app, workload)
+        await closed_loop(load.turns(app, workload), concurrency, options.warmup)
+    turn = load.turns(app, workload)
     profiling = options.profile is not None and app == "gateway"
     if profiling:
         os.kill(pids[app], signal.SIGUSR2)
@@ -326,13 +329,6 @@ def verdicts(segments: Sequence[Segment], options: Options) -> list[Verdict]:
                     for app in ("baseline", "gateway")
                 )
                 pairs.append((a, b))
-
-            def median(values: list[float]) -> float:
-                ordered = sorted(values)
-                middle = len(ordered) // 2
-                if len(ordered) % 2:
-                    return ordered[middle]
-                return (ordered[middle - 1] + ordered[middle]) / 2
 
             cpu = median([(b.server_cpu_ms or 0) / (a.server_cpu_ms or 1) for a, b in pairs])
             throughput = median([b.requests_per_second / a.requests_per_second for a, b in pairs])
