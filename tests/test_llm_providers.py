@@ -13,7 +13,7 @@ from gateway.errors import LLMUnavailable
 from gateway.llm import ChatTurn, LLMProvider, Prompt, build_provider, complete
 from gateway.llm.anthropic import OPENING_TURN, anthropic_image_tokens, anthropic_messages
 from gateway.llm.base import Usage
-from gateway.llm.http import MAX_WAIT_SECONDS, TAIL_SECONDS, RetryPolicy
+from gateway.llm.http import DRAIN_SECONDS, MAX_WAIT_SECONDS, TAIL_SECONDS, RetryPolicy
 from gateway.llm.offline import OfflineProvider
 from gateway.llm.openai import OpenAIProvider, openai_image_tokens
 from gateway.settings import LLMProviderName, Settings
@@ -192,6 +192,40 @@ async def test_a_stream_held_open_after_its_end_still_answers(fake: FakeLLM) -> 
 
     assert heard == []
     assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_calls_one_after_another_share_one_connection(fake: FakeLLM, kind: Kind) -> None:
+    # A response not read to its end is closed, and the next call pays for a new
+    # connection: with a real model, a TLS handshake every turn. The reply is whole, and
+    # its usage read, before the stream's last bytes.
+    heard: list[Usage] = []
+    async with provider(kind, fake, on_usage=heard.append) as llm:
+        for _ in range(3):
+            assert (await complete(llm, PROMPT)).startswith("reply")
+
+    assert len(fake.requests) == 3
+    assert len(heard) == 3
+    assert len(fake.connections) == 1
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_body_held_open_after_the_end_marker_costs_a_moment(
+    fake: FakeLLM, kind: Kind
+) -> None:
+    # Reading on for the body's end must not hold the turn: after a short wait the
+    # connection is given up, and the next call takes a new one.
+    fake.script(Reply("held", hold_after_end=True), Reply("next"))
+    heard: list[Usage] = []
+    async with provider(kind, fake, on_usage=heard.append, read_timeout=60) as llm:
+        # Well under the wait for a usage that may still come.
+        assert DRAIN_SECONDS < TAIL_SECONDS / 4
+        async with asyncio.timeout(TAIL_SECONDS * 0.75):
+            assert await complete(llm, PROMPT) == "held"
+        assert await complete(llm, PROMPT) == "next"
+
+    assert len(heard) == 2
+    assert len(fake.connections) == 2
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])

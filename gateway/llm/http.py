@@ -23,8 +23,10 @@ from gateway.llm.base import MAX_NAME_CHARS, Piece, Prompt, ToolCall, Usage, Usa
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 MAX_WAIT_SECONDS = 30.0
-# After the reply's end marker, how long to read on for the usage a server sends after.
+# After the reply's end marker, how long to read on for the usage a server sends after;
+# and once all is read, for the end of the body (a server ends it at once).
 TAIL_SECONDS = 2.0
+DRAIN_SECONDS = 0.1
 CONNECT_TIMEOUT_SECONDS = 10.0
 REASON_DETAIL_CHARS = 200
 _ERROR_BODY_BYTES = 8192
@@ -221,8 +223,7 @@ async def _decode(response: httpx.Response, decoder: EventDecoder) -> AsyncItera
     # The reply is whole, so every call's arguments are all read.
     for call in decoder.calls:
         yield call
-    if not decoder.finished:
-        await _read_tail(lines, reader, decoder)
+    await _read_tail(lines, reader, decoder)
 
 
 async def _reply_text(
@@ -242,15 +243,22 @@ async def _reply_text(
 
 
 async def _read_tail(lines: AsyncIterator[str], reader: SSEReader, decoder: EventDecoder) -> None:
-    # The reply is whole; what follows is bookkeeping (usage), worth a short wait only.
+    """What follows the reply: its usage, if the server counts it, worth a short wait;
+    then the rest of the body, so the connection serves the next call. One closed before
+    its end is dropped, and every turn would pay for a new connection (with a real model,
+    a TLS handshake)."""
     with contextlib.suppress(TimeoutError, httpx.HTTPError, StreamFailed):
-        async with asyncio.timeout(TAIL_SECONDS):
+        async with asyncio.timeout(TAIL_SECONDS) as deadline:
+            if decoder.finished:
+                deadline.reschedule(asyncio.get_running_loop().time() + DRAIN_SECONDS)
             async for line in lines:
+                if decoder.finished:
+                    continue
                 event = reader.feed(line)
                 if event is not None:
                     decoder.feed(event)
                     if decoder.finished:
-                        return
+                        deadline.reschedule(asyncio.get_running_loop().time() + DRAIN_SECONDS)
 
 
 class SSEReader:

@@ -37,6 +37,8 @@ class Reply:
     # OpenAI: after the finishing chunk send no usage and no `[DONE]`, and hold the
     # connection open (a compatible server that never ends its stream).
     hold_open: bool = False
+    # Send the whole reply, its end marker too, and then hold the connection open.
+    hold_after_end: bool = False
     # Stream the first half of the reply, then wait until the test sets it.
     midway: asyncio.Event | None = None
     # Seconds between two frames: a model that writes slowly.
@@ -99,6 +101,8 @@ class FakeLLM:
         self.headers: list[dict[str, str]] = []
         self.active = 0
         self.max_active = 0
+        # The client's end of every connection a request came on (host, port).
+        self.connections: set[tuple[str, int]] = set()
         self._script: deque[Behaviour] = deque()
         # Consulted before the script: picks a behaviour by request body and number.
         self.responder: Callable[[dict[str, Any], int], Behaviour | None] | None = None
@@ -183,12 +187,14 @@ class FakeLLM:
             case Hang():
                 await self._closing.wait()
                 return Response(status_code=503)
-            case Reply(text, pieces, gate, cached, hold_open, midway, pace):
+            case Reply(text, pieces, gate, cached, hold_open, hold_after_end, midway, pace):
                 if gate is not None:
                     await self._until(gate)
                 frames = wire.reply(_split(text, pieces), cached)
                 if hold_open:
                     return _event_stream(frames[:-2], hold=self._closing)
+                if hold_after_end:
+                    return _event_stream(frames, hold=self._closing)
                 if midway is not None:
                     half = len(frames) // 2
                     return _event_stream(
@@ -250,6 +256,8 @@ class _InFlight:
             await self._app(scope, receive, send)
             return
         fake = self._fake
+        if scope.get("client"):
+            fake.connections.add(tuple(scope["client"]))
         fake.active += 1
         fake.max_active = max(fake.max_active, fake.active)
         finished = False
