@@ -154,6 +154,9 @@ class Answerer:
         self._renderings = renderings if renderings is not None else KeptRenderings()
         shown = limits.images_in_prompt > 0 and llm.sees_images
         self._images = images if shown else None
+        # What declaring the recall tools costs a prompt: the same every turn, and
+        # counting it means writing out their schemas.
+        self._declared: tuple[Sequence[Tool], int] = ((), 0)
 
     def forget(self, conversation_id: uuid.UUID) -> None:
         """Drop what is kept rendered of the conversation."""
@@ -185,7 +188,8 @@ class Answerer:
         persona = self._persona if guide is None else f"{self._persona}\n\n{guide}"
         system = system_prompt(persona, clock, rows, profile)
         tools = () if self._recall is None else self._recall.tools
-        budget = window - message_tokens(system) - tools_tokens(tools) - kept
+        declared = self._declared_tokens(tools)
+        budget = window - message_tokens(system) - declared - kept
         rendering = self._renderings.render(state)
         turns, turns_tokens = rendering.fit(budget)
         turns, images_tokens, undescribed = await self._with_images(
@@ -194,7 +198,7 @@ class Answerer:
         prompt = Prompt(system, tuple(turns), max_tokens=self._limits.max_reply_tokens, tools=tools)
         # The system and live turns' tokens, counted once: every call's prompt starts
         # with them.
-        known = _Known(message_tokens(system) + turns_tokens + images_tokens, len(turns))
+        known = _Known(message_tokens(system) + turns_tokens + images_tokens, len(turns), declared)
         # What the live messages leave is the rounds' too (less than kept only when the
         # newest message alone outgrew its share).
         room = window - _size(prompt, known)
@@ -219,6 +223,11 @@ class Answerer:
         if fired and self._llm.name == OFFLINE:
             return replace(answer, text="\n\n".join([*fired, answer.text]))
         return replace(answer, undescribed=undescribed)
+
+    def _declared_tokens(self, tools: Sequence[Tool]) -> int:
+        if tools is not self._declared[0]:
+            self._declared = (tools, tools_tokens(tools))
+        return self._declared[1]
 
     async def _with_images(
         self, rendering: LiveRendering, turns: list[ChatTurn], room: int
@@ -421,6 +430,7 @@ class _Known:
 
     tokens: int
     turns: int
+    declared: int  # what declaring the turn's tools costs, where a call declares them
 
 
 def _size(prompt: Prompt, known: _Known) -> int:
@@ -430,6 +440,6 @@ def _size(prompt: Prompt, known: _Known) -> int:
     return (
         known.tokens
         + sum(message_tokens(turn.content) for turn in later)
-        + tools_tokens(prompt.tools)
+        + (known.declared if prompt.tools else 0)
         + steps_tokens(prompt.steps)
     )
