@@ -154,4 +154,5 @@ class Visitors:
             display_name=visitor.identity.display_name or VISITOR_NAME,
             attachment_ids=attachments,
         )
-        return await self.core.receive(inbound, awaited=True)  # the POST waits for the reply
+        # The POST waits for the reply.
+        return await self.core.receive(inbound, awaited=True, sender=visitor.identity)

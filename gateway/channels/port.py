@@ -152,13 +152,16 @@ class Received:
 class Receiving(Protocol):
     """Taking a platform's messages in: every connector plays this role."""
 
-    async def receive(self, inbound: Inbound, *, awaited: bool = False) -> Received:
+    async def receive(
+        self, inbound: Inbound, *, awaited: bool = False, sender: IdentityRef | None = None
+    ) -> Received:
         """Store a verified, normalised message and start its turn; acknowledge the
         platform only after this returns. `AccessRefused` (nothing stored) if the
         channel's policy does not let the sender in: the core has already sent the
         answer where the channel takes notices. `InputError` if it cannot be stored.
         `awaited`: the sender waits on the line for the reply (turns make way for
-        the other arrivals, not for this one)."""
+        the other arrivals, not for this one). `sender`: the sender's identity, where
+        the channel has just read it (`identity`); else it is read here."""
         ...
 
 

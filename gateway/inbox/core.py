@@ -153,14 +153,17 @@ class Core:
         await self._identities.relabel(identity.identity_id, display_name)
         return dataclasses.replace(identity, display_name=display_name)
 
-    async def receive(self, inbound: Inbound, *, awaited: bool = False) -> Received:
+    async def receive(
+        self, inbound: Inbound, *, awaited: bool = False, sender: IdentityRef | None = None
+    ) -> Received:
         """Store a message and start its turn; `AccessRefused` (nothing stored) if the
         channel's policy does not let the sender in, once its answer is sent where the
         channel takes notices; `InputError` if it cannot be stored. `awaited`: the
         sender waits on the line for the reply (the web chat's POST), so the turn is
-        what it waits for: it does not count as an arrival that turns make way for."""
+        what it waits for: it does not count as an arrival that turns make way for.
+        `sender`: the sender's identity, just read by the channel (else read here)."""
         with contextlib.nullcontext() if awaited else self._runner.arriving():
-            received = await self._store(inbound)
+            received = await self._store(inbound, sender)
         if received.created and inbound.expects_reply:
             self._runner.request(received.message.conversation_id)
         return received
@@ -188,7 +191,7 @@ class Core:
     async def places(self, channel: str, *, within: timedelta) -> list[Place]:
         return await self._watermarks.recent(channel, since=self._clock.now() - within)
 
-    async def _store(self, inbound: Inbound) -> Received:
+    async def _store(self, inbound: Inbound, sender: IdentityRef | None = None) -> Received:
         inbound = clean_inbound(inbound)
         try:
             await self._policy.admit(inbound)
@@ -196,7 +199,9 @@ class Core:
             if inbound.expects_reply:
                 await self._outbox.notify(_chat(inbound), refused.answer)
             raise
-        ref = await self.identity(inbound.channel, inbound.external_user_id, inbound.display_name)
+        ref = sender or await self.identity(
+            inbound.channel, inbound.external_user_id, inbound.display_name
+        )
         conversation_id = ref.conversation_id
         if inbound.group_id is not None:
             conversation_id = await self._conversations.group_conversation(

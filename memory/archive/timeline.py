@@ -6,27 +6,39 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory.archive.reads import ChunkView, chunk_view
 from memory.storage.models import Chunk, ChunkStatus
+from memory.storage.tables import CHUNKS
 
+# Every turn reads the timeline: its statements are built once (`memory.storage.tables`).
 # Everything a timeline row needs; never the transcript.
-TIMELINE_COLUMNS = (
-    Chunk.id,
-    Chunk.conversation_id,
-    Chunk.level,
-    Chunk.seq_start,
-    Chunk.seq_end,
-    Chunk.time_start,
-    Chunk.time_end,
-    Chunk.summary,
-    Chunk.status,
-    Chunk.attempts,
-    Chunk.last_error,
-    Chunk.parent_id,
-    Chunk.in_timeline,
+TIMELINE_COLUMNS = tuple(
+    CHUNKS.c[column.key]
+    for column in (
+        Chunk.id,
+        Chunk.conversation_id,
+        Chunk.level,
+        Chunk.seq_start,
+        Chunk.seq_end,
+        Chunk.time_start,
+        Chunk.time_end,
+        Chunk.summary,
+        Chunk.status,
+        Chunk.attempts,
+        Chunk.last_error,
+        Chunk.parent_id,
+        Chunk.in_timeline,
+    )
+)
+_ROOTS = select(*TIMELINE_COLUMNS).where(
+    CHUNKS.c.conversation_id == bindparam("conversation_id"), CHUNKS.c.parent_id.is_(None)
+)
+_READY_CHILDREN = select(*TIMELINE_COLUMNS).where(
+    CHUNKS.c.parent_id.in_(bindparam("parents", expanding=True)),
+    or_(CHUNKS.c.status == ChunkStatus.READY, CHUNKS.c.summary.is_not(None)),
 )
 
 
@@ -34,13 +46,7 @@ async def timeline_roots(session: AsyncSession, conversation_id: uuid.UUID) -> l
     # Unswapped and pending chunks are always roots, and each level keeps only a few:
     # the same cost for a thousand archived messages as for a million. Plain rows,
     # not ORM objects: this runs every turn.
-    return list(
-        await session.execute(
-            select(*TIMELINE_COLUMNS).where(
-                Chunk.conversation_id == conversation_id, Chunk.parent_id.is_(None)
-            )
-        )
-    )
+    return list(await session.execute(_ROOTS, {"conversation_id": conversation_id}))
 
 
 async def visible_rows(
@@ -49,16 +55,7 @@ async def visible_rows(
     """Ready rows in the timeline: roots, and the children of unfinished parents."""
     unfinished = [r.id for r in roots if not _summarised(r) and r.level > 0]
     children = (
-        list(
-            await session.execute(
-                select(*TIMELINE_COLUMNS).where(
-                    Chunk.parent_id.in_(unfinished),
-                    or_(Chunk.status == ChunkStatus.READY, Chunk.summary.is_not(None)),
-                )
-            )
-        )
-        if unfinished
-        else []
+        list(await session.execute(_READY_CHILDREN, {"parents": unfinished})) if unfinished else []
     )
     swapped = swapped or set()
     shown = [

@@ -3,13 +3,14 @@ revision, in one transaction."""
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Select, bindparam, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.profile.facts import (
@@ -28,12 +29,12 @@ from memory.profile.facts import (
 from memory.storage import profile_rows
 from memory.storage.models import (
     Chunk,
-    Conversation,
     ConversationKind,
     Profile,
     ProfileChange,
     RetiredFact,
 )
+from memory.storage.tables import CONVERSATIONS, PROFILES
 
 # Who changed a profile, as its change log says.
 BY_EXTRACTION = "model: facts"
@@ -59,24 +60,17 @@ class Profiles:
 
     async def of_conversation(self, conversation_id: uuid.UUID) -> tuple[str, ...]:
         """The profile shown in a conversation: its owner's, or nothing for a group."""
-        text = await self._owners(Profile.text, conversation_id)
+        text = await self._owners("text", conversation_id)
         return tuple(profile_rows.lines_of(text or ""))
 
     async def refused_in(self, conversation_id: uuid.UUID) -> int:
         """Facts refused for want of evidence, for a personal conversation's owner."""
-        return int(await self._owners(Profile.facts_refused, conversation_id) or 0)
+        return int(await self._owners("facts_refused", conversation_id) or 0)
 
-    async def _owners(self, column: Any, conversation_id: uuid.UUID) -> Any:
+    async def _owners(self, column: str, conversation_id: uuid.UUID) -> Any:
         """A column of the profile of a personal conversation's owner (None: a group)."""
         async with self._sessions() as session:
-            return await session.scalar(
-                select(column)
-                .join(Conversation, Conversation.user_id == Profile.user_id)
-                .where(
-                    Conversation.id == conversation_id,
-                    Conversation.kind == ConversationKind.PERSONAL,
-                )
-            )
+            return await session.scalar(_of_owner(column), {"conversation_id": conversation_id})
 
     async def append(
         self,
@@ -295,3 +289,17 @@ async def _locked(session: AsyncSession, user_id: uuid.UUID, now: datetime) -> P
         session.add(row)
         await session.flush()
     return row
+
+
+@functools.cache
+def _of_owner(column: str) -> Select[Any]:
+    """`_owners`'s read, built once per column: every turn reads the profile
+    (`memory.storage.tables`)."""
+    return (
+        select(PROFILES.c[column])
+        .join(CONVERSATIONS, CONVERSATIONS.c.user_id == PROFILES.c.user_id)
+        .where(
+            CONVERSATIONS.c.id == bindparam("conversation_id"),
+            CONVERSATIONS.c.kind == ConversationKind.PERSONAL,
+        )
+    )

@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.inserts import insert_or_skip
 from memory.storage.live_window import KeptWindow, LiveWindows
-from memory.storage.messages import MESSAGE_COLUMNS, StoredMessage, message_view
-from memory.storage.models import Conversation, ConversationKind, Message, Role, User
+from memory.storage.messages import MESSAGE_ROW, StoredMessage, message_view
+from memory.storage.models import Conversation, ConversationKind, Role
+from memory.storage.tables import CONVERSATIONS, MESSAGES, USERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,42 @@ class TurnState:
     daily_tokens: int | None = None
     # The day they were last told the day's tokens are spent.
     budget_notice_on: date | None = None
+
+
+# Every turn reads these: built once (`memory.storage.tables`).
+_TURN_HEAD = (
+    select(
+        CONVERSATIONS.c.answered_seq,
+        CONVERSATIONS.c.last_user_seq,
+        CONVERSATIONS.c.kind,
+        USERS.c.timezone,
+        CONVERSATIONS.c.live_version,
+        CONVERSATIONS.c.user_id,
+        USERS.c.daily_tokens,
+        CONVERSATIONS.c.budget_notice_on,
+    )
+    .outerjoin(USERS, USERS.c.id == CONVERSATIONS.c.user_id)
+    .where(CONVERSATIONS.c.id == bindparam("conversation_id"))
+)
+_LIVE = (
+    select(*MESSAGE_ROW)
+    .where(
+        MESSAGES.c.conversation_id == bindparam("conversation_id"),
+        MESSAGES.c.chunk_id.is_(None),
+    )
+    .order_by(MESSAGES.c.seq)
+)
+_LIVE_AFTER = _LIVE.where(MESSAGES.c.seq > bindparam("after"))
+# When the newest archived message before `before` was sent.
+_ARCHIVED_EDGE = (
+    select(MESSAGES.c.created_at)
+    .where(
+        MESSAGES.c.conversation_id == bindparam("conversation_id"),
+        MESSAGES.c.seq < bindparam("before"),
+    )
+    .order_by(MESSAGES.c.seq.desc())
+    .limit(1)
+)
 
 
 def personal_conversation(user_id: uuid.UUID, title: str, now: datetime) -> Conversation:
@@ -113,20 +150,7 @@ class Conversations:
         (live_window.py says when a kept window is good)."""
         async with self._sessions() as session:
             answered, last_user, kind, timezone, version, user_id, daily, told = (
-                await session.execute(
-                    select(
-                        Conversation.answered_seq,
-                        Conversation.last_user_seq,
-                        Conversation.kind,
-                        User.timezone,
-                        Conversation.live_version,
-                        Conversation.user_id,
-                        User.daily_tokens,
-                        Conversation.budget_notice_on,
-                    )
-                    .outerjoin(User, User.id == Conversation.user_id)
-                    .where(Conversation.id == conversation_id)
-                )
+                await session.execute(_TURN_HEAD, {"conversation_id": conversation_id})
             ).one()
             if last_user <= answered:
                 return None
@@ -142,10 +166,7 @@ class Conversations:
             if previous_at is None and first_new.seq > 1:
                 # Everything before this turn is archived: ask the archive's edge.
                 previous_at = await session.scalar(
-                    select(Message.created_at)
-                    .where(Message.conversation_id == conversation_id, Message.seq < first_new.seq)
-                    .order_by(Message.seq.desc())
-                    .limit(1)
+                    _ARCHIVED_EDGE, {"conversation_id": conversation_id, "before": first_new.seq}
                 )
         return TurnState(
             conversation_id=conversation_id,
@@ -176,14 +197,13 @@ class Conversations:
         read afresh if none is kept at `version` (read before, so a change committing
         meanwhile leaves the window tagged with the version it outdated)."""
         kept = self._windows.get(conversation_id, version)
-        query = (
-            select(*MESSAGE_COLUMNS)
-            .where(Message.conversation_id == conversation_id, Message.chunk_id.is_(None))
-            .order_by(Message.seq)
-        )
-        if kept is not None:
-            query = query.where(Message.seq > kept.last_seq)
-        new = tuple(message_view(row) for row in await session.execute(query))
+        if kept is None:
+            rows = await session.execute(_LIVE, {"conversation_id": conversation_id})
+        else:
+            rows = await session.execute(
+                _LIVE_AFTER, {"conversation_id": conversation_id, "after": kept.last_seq}
+            )
+        new = tuple(message_view(row) for row in rows)
         live = new if kept is None else kept.messages + new
         if kept is None or new:
             self._windows.keep(conversation_id, KeptWindow(version, live))

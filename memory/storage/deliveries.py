@@ -14,24 +14,76 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Update, delete, func, null, select, update
+from sqlalchemy import Update, bindparam, delete, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
 from memory.storage.engine import writer_queue
-from memory.storage.inserts import insert_or_skip
+from memory.storage.inserts import skipping_insert
 from memory.storage.models import (
-    Conversation,
     ConversationKind,
     Delivery,
-    Identity,
     Message,
     SentPart,
-    StreamPreview,
 )
+from memory.storage.tables import CONVERSATIONS, IDENTITIES, MESSAGES, SENT_PARTS, STREAM_PREVIEWS
 
 # Receipts only ever move a part forward; they arrive in any order.
 _RANK = {Delivery.SENT: 1, Delivery.DELIVERED: 2, Delivery.READ: 3}
+
+# Every part delivered takes these: built once (`memory.storage.tables`).
+_ADDRESS = (
+    select(IDENTITIES.c.external_id, CONVERSATIONS.c.kind, CONVERSATIONS.c.group_id)
+    .select_from(CONVERSATIONS)
+    .outerjoin(IDENTITIES, IDENTITIES.c.id == bindparam("identity_id"))
+    .where(CONVERSATIONS.c.id == bindparam("conversation_id"))
+)
+_STATE_COLUMNS = (
+    MESSAGES.c.delivery,
+    MESSAGES.c.delivery_parts_sent,
+    MESSAGES.c.delivery_attempts,
+    MESSAGES.c.delivery_sending_part,
+)
+# The preview that showed a reply in `chat` while it was written.
+_PREVIEW = (
+    select(STREAM_PREVIEWS.c.platform_message_id)
+    .where(
+        STREAM_PREVIEWS.c.conversation_id == MESSAGES.c.conversation_id,
+        STREAM_PREVIEWS.c.trigger_seq == MESSAGES.c.reply_to_seq,
+        STREAM_PREVIEWS.c.channel == MESSAGES.c.channel,
+        STREAM_PREVIEWS.c.chat == bindparam("chat"),
+    )
+    .limit(1)
+    .scalar_subquery()
+)
+_STATE = select(*_STATE_COLUMNS, null().label("preview")).where(
+    MESSAGES.c.id == bindparam("message_id")
+)
+_STATE_AND_PREVIEW = select(*_STATE_COLUMNS, _PREVIEW.label("preview")).where(
+    MESSAGES.c.id == bindparam("message_id")
+)
+_SENDING = (
+    update(MESSAGES)
+    .where(MESSAGES.c.id == bindparam("message_id"))
+    .values(delivery_sending_part=bindparam("part"))
+)
+_PART_DONE = (
+    update(MESSAGES)
+    .where(MESSAGES.c.id == bindparam("message_id"))
+    .values(delivery_parts_sent=bindparam("parts_sent"), delivery_sending_part=None)
+)
+_PREVIEW_DONE = delete(STREAM_PREVIEWS).where(
+    STREAM_PREVIEWS.c.channel == bindparam("channel"),
+    STREAM_PREVIEWS.c.platform_message_id == bindparam("preview"),
+)
+
+# The reply's every part went out, if it was still pending: where it stands.
+_SENT = (
+    update(MESSAGES)
+    .where(MESSAGES.c.id == bindparam("message_id"), MESSAGES.c.delivery == Delivery.PENDING)
+    .values(delivery=Delivery.SENT, delivery_attempts=MESSAGES.c.delivery_attempts + 1)
+    .returning(MESSAGES.c.id, MESSAGES.c.conversation_id, MESSAGES.c.seq)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +127,11 @@ class Deliveries:
     ) -> tuple[str, str | None]:
         """Where an answer goes, in one read: the platform address of the identity ('' if
         none) and the conversation's platform group id (None unless a group)."""
-        query = (
-            select(Identity.external_id, Conversation.kind, Conversation.group_id)
-            .select_from(Conversation)
-            .outerjoin(Identity, Identity.id == identity_id)
-            .where(Conversation.id == conversation_id)
-        )
         async with self._sessions() as session:
-            row = (await session.execute(query)).one_or_none()
+            found = await session.execute(
+                _ADDRESS, {"conversation_id": conversation_id, "identity_id": identity_id}
+            )
+            row = found.one_or_none()
         if row is None:
             return "", None
         group = row.group_id if row.kind == ConversationKind.GROUP else None
@@ -93,26 +142,14 @@ class Deliveries:
     ) -> DeliveryState | None:
         """Where a reply's delivery stands; with `preview_in` (a chat), also the preview
         that showed it there while it was written, if one did."""
-        preview = (
-            select(StreamPreview.platform_message_id)
-            .where(
-                StreamPreview.conversation_id == Message.conversation_id,
-                StreamPreview.trigger_seq == Message.reply_to_seq,
-                StreamPreview.channel == Message.channel,
-                StreamPreview.chat == preview_in,
-            )
-            .limit(1)
-            .scalar_subquery()
-        )
-        query = select(
-            Message.delivery,
-            Message.delivery_parts_sent,
-            Message.delivery_attempts,
-            Message.delivery_sending_part,
-            (preview if preview_in is not None else null()).label("preview"),
-        ).where(Message.id == message_id)
         async with self._sessions() as session:
-            row = (await session.execute(query)).one_or_none()
+            if preview_in is None:
+                found = await session.execute(_STATE, {"message_id": message_id})
+            else:
+                found = await session.execute(
+                    _STATE_AND_PREVIEW, {"message_id": message_id, "chat": preview_in}
+                )
+            row = found.one_or_none()
         if row is None:
             return None
         delivery = row.delivery
@@ -128,7 +165,9 @@ class Deliveries:
 
     async def sending(self, message_id: int, part: int) -> None:
         """A send call for `part` is about to go out (cleared once its answer is in)."""
-        await self._update(message_id, delivery_sending_part=part)
+        async with self._writes, self._sessions() as session:
+            await session.execute(_SENDING, {"message_id": message_id, "part": part})
+            await session.commit()
 
     async def uncertain(self, message_id: int, part: int, *, skip: bool) -> None:
         """Count `part` as uncertain; with `skip`, treat it as sent and go on after it."""
@@ -172,29 +211,24 @@ class Deliveries:
         `preview`: the part was edited into that preview message, done with now."""
         async with self._writes, self._sessions() as session:
             if preview is not None:
-                await session.execute(
-                    delete(StreamPreview).where(
-                        StreamPreview.channel == channel,
-                        StreamPreview.platform_message_id == preview,
-                    )
-                )
+                await session.execute(_PREVIEW_DONE, {"channel": channel, "preview": preview})
             if platform_id is not None:
                 # A part recorded before (a resend after a crash) is counted only.
                 await session.execute(
-                    insert_or_skip(session, SentPart).values(
-                        message_id=message_id,
-                        part=part,
-                        channel=channel,
-                        platform_message_id=platform_id,
-                        status=Delivery.SENT,
-                        updated_at=now,
-                    )
+                    skipping_insert(session.get_bind().dialect.name, SENT_PARTS),
+                    {
+                        "message_id": message_id,
+                        "part": part,
+                        "channel": channel,
+                        "platform_message_id": platform_id,
+                        "status": Delivery.SENT,
+                        "updated_at": now,
+                    },
                 )
-            done = {"delivery_parts_sent": part + 1, "delivery_sending_part": None}
-            await session.execute(update(Message).where(Message.id == message_id).values(done))
+            await session.execute(_PART_DONE, {"message_id": message_id, "parts_sent": part + 1})
             moved = None
             if last:
-                row = (await session.execute(_returning(_sent(message_id)))).one_or_none()
+                row = (await session.execute(_SENT, {"message_id": message_id})).one_or_none()
                 moved = None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
             await session.commit()
         return moved
@@ -202,7 +236,7 @@ class Deliveries:
     async def sent(self, message_id: int) -> DeliveryMoved | None:
         """Every part went out; None if the reply was no longer pending (receipts that
         came first are not undone) or is gone."""
-        return await self._move(_sent(message_id))
+        return await self._move(_SENT, {"message_id": message_id})
 
     async def attempt_failed(
         self, message_id: int, error: str, *, final: bool
@@ -217,22 +251,29 @@ class Deliveries:
         }
         if final:
             values["delivery"] = Delivery.FAILED
-        return await self._move(update(Message).where(Message.id == message_id).values(values))
+        return await self._move(
+            _returning(update(Message).where(Message.id == message_id).values(values))
+        )
 
     async def send_again(self, message_id: int) -> DeliveryMoved | None:
         """Make a failed delivery pending again, from its first unsent part; None if the
         message is not a failed delivery."""
         return await self._move(
-            update(Message)
-            .where(Message.id == message_id, Message.delivery == Delivery.FAILED)
-            .values(delivery=Delivery.PENDING, delivery_attempts=0, delivery_error=None)
+            _returning(
+                update(Message)
+                .where(Message.id == message_id, Message.delivery == Delivery.FAILED)
+                .values(delivery=Delivery.PENDING, delivery_attempts=0, delivery_error=None)
+            )
         )
 
-    async def _move(self, change: Update) -> DeliveryMoved | None:
+    async def _move(
+        self, change: ReturningUpdate[int, uuid.UUID, int], params: dict[str, Any] | None = None
+    ) -> DeliveryMoved | None:
         """Apply `change` to one reply and say where that reply is, in the same
-        statement (RETURNING): announcing a delivery costs no read of its own."""
+        statement (RETURNING id, conversation_id, seq): announcing a delivery costs no
+        read of its own."""
         async with self._writes, self._sessions() as session:
-            row = (await session.execute(_returning(change))).one_or_none()
+            row = (await session.execute(change, params)).one_or_none()
             await session.commit()
         return None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
 
@@ -299,14 +340,6 @@ async def _settle(session: AsyncSession, message_id: int) -> None:
         return  # later parts are still on their way, or delivery gave up
     least = min((row.status for row in rows), key=lambda d: _RANK.get(d, 0))
     message.delivery = least
-
-
-def _sent(message_id: int) -> Update:
-    return (
-        update(Message)
-        .where(Message.id == message_id, Message.delivery == Delivery.PENDING)
-        .values(delivery=Delivery.SENT, delivery_attempts=Message.delivery_attempts + 1)
-    )
 
 
 def _returning(change: Update) -> ReturningUpdate[int, uuid.UUID, int]:

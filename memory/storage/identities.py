@@ -9,13 +9,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import personal_conversation
 from memory.storage.engine import writer_queue
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import Conversation, ConversationKind, Identity, User
+from memory.storage.tables import CONVERSATIONS, IDENTITIES, USERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,24 +30,20 @@ class IdentityRef:
     display_name: str = ""
 
 
-# Every platform message resolves its sender: these statements are built once, on the
-# tables (the ORM's statements take slower paths).
-_USERS: Table = User.__table__  # type: ignore[assignment]
-_IDENTITIES: Table = Identity.__table__  # type: ignore[assignment]
-_CONVERSATIONS: Table = Conversation.__table__  # type: ignore[assignment]
+# Every platform message resolves its sender: built once (`memory.storage.tables`).
 _FIND_IDENTITY = (
     select(
-        _IDENTITIES.c.id,
-        _IDENTITIES.c.user_id,
-        _CONVERSATIONS.c.id,
-        _USERS.c.timezone,
-        _IDENTITIES.c.display_name,
+        IDENTITIES.c.id,
+        IDENTITIES.c.user_id,
+        CONVERSATIONS.c.id,
+        USERS.c.timezone,
+        IDENTITIES.c.display_name,
     )
-    .join(_USERS, _USERS.c.id == _IDENTITIES.c.user_id)
-    .join(_CONVERSATIONS, _CONVERSATIONS.c.user_id == _USERS.c.id)
+    .join(USERS, USERS.c.id == IDENTITIES.c.user_id)
+    .join(CONVERSATIONS, CONVERSATIONS.c.user_id == USERS.c.id)
     .where(
-        _IDENTITIES.c.channel == bindparam("channel"),
-        _IDENTITIES.c.external_id == bindparam("external_id"),
+        IDENTITIES.c.channel == bindparam("channel"),
+        IDENTITIES.c.external_id == bindparam("external_id"),
     )
 )
 
@@ -84,7 +81,7 @@ class Identities:
         user_id, conversation_id = uuid.uuid4(), uuid.uuid4()
         async with self._writes, self._sessions() as session:
             await session.execute(
-                insert(_USERS),
+                insert(USERS),
                 {
                     "id": user_id,
                     "display_name": display_name,
@@ -93,8 +90,8 @@ class Identities:
                 },
             )
             identity_id = await session.scalar(
-                skipping_insert(session.get_bind().dialect.name, _IDENTITIES).returning(
-                    _IDENTITIES.c.id
+                skipping_insert(session.get_bind().dialect.name, IDENTITIES).returning(
+                    IDENTITIES.c.id
                 ),
                 {
                     "id": uuid.uuid4(),
@@ -113,7 +110,7 @@ class Identities:
                     raise LookupError(f"identity {channel}:{external_id} vanished")
                 return found
             await session.execute(
-                insert(_CONVERSATIONS),
+                insert(CONVERSATIONS),
                 {
                     "id": conversation_id,
                     "kind": ConversationKind.PERSONAL,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Table, Update, bindparam, func, select, update
+from sqlalchemy import Row, Update, bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
 
@@ -37,6 +37,7 @@ from memory.storage.models import (
     Role,
     UsageKind,
 )
+from memory.storage.tables import CONVERSATIONS, MESSAGES
 from memory.storage.usage_days import Payer, charge
 
 
@@ -402,25 +403,23 @@ async def store_message(
     return None if stored is None else StoredMessage(*stored)
 
 
-# Every message is stored through the two statements below, so they are built once,
-# on the tables (not the ORM classes, whose statements take the ORM's slower paths).
-_MESSAGES: Table = Message.__table__  # type: ignore[assignment]
-_CONVERSATIONS: Table = Conversation.__table__  # type: ignore[assignment]
-_MESSAGE_ROW = tuple(_MESSAGES.c[column.key] for column in MESSAGE_COLUMNS)
+# Every message is stored through the two statements below, built once on the tables
+# (`memory.storage.tables` says why); reads of whole messages select these.
+MESSAGE_ROW = tuple(MESSAGES.c[column.key] for column in MESSAGE_COLUMNS)
 
 
 @functools.cache
 def _insert(dialect: str) -> Any:
     """Insert a message unless its platform id is stored (`_row`'s values)."""
-    return skipping_insert(dialect, _MESSAGES).returning(*_MESSAGE_ROW)
+    return skipping_insert(dialect, MESSAGES).returning(*MESSAGE_ROW)
 
 
 @functools.cache
 def _next_seq(is_user: bool, answers: bool) -> Update:
     """Take the conversation's next seq (`conversation`, `answered`, `at`)."""
-    c = _CONVERSATIONS.c
+    c = CONVERSATIONS.c
     return (
-        update(_CONVERSATIONS)
+        update(CONVERSATIONS)
         .where(c.id == bindparam("conversation"))
         .values(
             last_seq=c.last_seq + 1,

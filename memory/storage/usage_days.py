@@ -12,14 +12,15 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, delete, func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.model_usage import Usage
 from memory.storage.models import Conversation, ConversationKind, UsageDay, UsageKind, User
+from memory.storage.tables import USAGE_DAYS
 from memory.zones import zone
 
 
@@ -121,16 +122,16 @@ def _adding(dialect: str) -> Any:
     """The upsert `_add` runs, built once per dialect (every turn charges one): the
     row's values are given to `execute`, so a charge costs no statement building."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    table = cast(Table, UsageDay.__table__)
-    statement = insert(table)
+    statement = insert(USAGE_DAYS)
     added = statement.excluded
+    table = USAGE_DAYS.c
     return statement.on_conflict_do_update(
         index_elements=["day", "subject", "kind", "model"],
         set_={
-            "calls": table.c.calls + added.calls,
-            "prompt": table.c.prompt + added.prompt,
-            "cached": table.c.cached + added.cached,
-            "completion": table.c.completion + added.completion,
+            "calls": table.calls + added.calls,
+            "prompt": table.prompt + added.prompt,
+            "cached": table.cached + added.cached,
+            "completion": table.completion + added.completion,
         },
     )
 
