@@ -27,6 +27,7 @@ from memory.profile.facts import (
     clean_fact,
 )
 from memory.storage import profile_rows
+from memory.storage.engine import reading
 from memory.storage.models import (
     Chunk,
     ConversationKind,
@@ -69,7 +70,7 @@ class Profiles:
 
     async def _owners(self, column: str, conversation_id: uuid.UUID) -> Any:
         """A column of the profile of a personal conversation's owner (None: a group)."""
-        async with self._sessions() as session:
+        async with reading(self._sessions) as session:
             return await session.scalar(_of_owner(column), {"conversation_id": conversation_id})
 
     async def append(

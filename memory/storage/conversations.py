@@ -15,6 +15,7 @@ from datetime import date, datetime
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.storage.engine import reading
 from memory.storage.inserts import insert_or_skip
 from memory.storage.live_window import KeptWindow, LiveWindows
 from memory.storage.messages import MESSAGE_ROW, StoredMessage, message_view
@@ -148,7 +149,7 @@ class Conversations:
         answered one) and when the message before those was sent; None if nothing is
         unanswered. Of the live window only what is new since the kept one is read
         (live_window.py says when a kept window is good)."""
-        async with self._sessions() as session:
+        async with reading(self._sessions) as session:
             answered, last_user, kind, timezone, version, user_id, daily, told = (
                 await session.execute(_TURN_HEAD, {"conversation_id": conversation_id})
             ).one()

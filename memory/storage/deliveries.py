@@ -18,7 +18,7 @@ from sqlalchemy import Update, bindparam, delete, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
-from memory.storage.engine import writer_queue
+from memory.storage.engine import reading, writer_queue
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import (
     ConversationKind,
@@ -127,7 +127,7 @@ class Deliveries:
     ) -> tuple[str, str | None]:
         """Where an answer goes, in one read: the platform address of the identity ('' if
         none) and the conversation's platform group id (None unless a group)."""
-        async with self._sessions() as session:
+        async with reading(self._sessions) as session:
             found = await session.execute(
                 _ADDRESS, {"conversation_id": conversation_id, "identity_id": identity_id}
             )
@@ -142,7 +142,7 @@ class Deliveries:
     ) -> DeliveryState | None:
         """Where a reply's delivery stands; with `preview_in` (a chat), also the preview
         that showed it there while it was written, if one did."""
-        async with self._sessions() as session:
+        async with reading(self._sessions) as session:
             if preview_in is None:
                 found = await session.execute(_STATE, {"message_id": message_id})
             else:

@@ -13,7 +13,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import personal_conversation
-from memory.storage.engine import writer_queue
+from memory.storage.engine import reading, writer_queue
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import Conversation, ConversationKind, Identity, User
 from memory.storage.tables import CONVERSATIONS, IDENTITIES, USERS
@@ -148,7 +148,7 @@ class Identities:
             await session.commit()
 
     async def _find_identity(self, channel: str, external_id: str) -> IdentityRef | None:
-        async with self._sessions() as session:
+        async with reading(self._sessions) as session:
             found = await session.execute(
                 _FIND_IDENTITY, {"channel": channel, "external_id": external_id}
             )

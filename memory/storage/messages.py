@@ -25,7 +25,7 @@ from memory.storage.attachments import (
     media_line,
     take_uploads,
 )
-from memory.storage.engine import writer_queue
+from memory.storage.engine import reading, writer_queue
 from memory.storage.inserts import skipping_insert
 from memory.storage.leases import Held, lock_held
 from memory.storage.models import (
@@ -216,7 +216,7 @@ class Messages:
         query = select(*MESSAGE_COLUMNS).where(
             Message.channel == channel, Message.platform_message_id == platform_message_id
         )
-        async with self._sessions() as session:
+        async with reading(self._sessions) as session:
             row = (await session.execute(query)).one_or_none()
         return None if row is None else message_view(row)
 
@@ -240,14 +240,14 @@ class Messages:
             .order_by(Message.reply_to_seq, Message.seq)
             .limit(1)
         )
-        async with self._sessions() as session:
+        async with reading(self._sessions) as session:
             row = (await session.execute(query)).one_or_none()
         return None if row is None else message_view(row)
 
     async def message_by_id(self, message_id: int) -> StoredMessage | None:
         """A message wherever it is now (linking moves messages between conversations)."""
         query = select(*MESSAGE_COLUMNS).where(Message.id == message_id)
-        async with self._sessions() as session:
+        async with reading(self._sessions) as session:
             row = (await session.execute(query)).one_or_none()
         return None if row is None else message_view(row)
 
