@@ -16,13 +16,33 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, or_, update
+from sqlalchemy import bindparam, delete, or_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.inserts import insert_or_skip
-from memory.storage.models import Lease
+from memory.storage.inserts import skipping_insert
+from memory.storage.tables import LEASES
 
 STATE_CHARS = 200  # Lease.state's width
+
+
+# A turn claims and releases its conversation's lease, and its writes lock it: built
+# once (`memory.storage.tables`).
+_L = LEASES.c
+# Ours (`me`), and not expired at `now`.
+_STILL_OURS = update(LEASES).where(
+    _L.name == bindparam("lease"), _L.holder == bindparam("me"), _L.expires_at > bindparam("now")
+)
+_LOCK = _STILL_OURS.values(expires_at=_L.expires_at)
+_RENEW = _STILL_OURS.values(expires_at=bindparam("until"), state=bindparam("said"))
+_TAKE = (
+    update(LEASES)
+    .where(
+        _L.name == bindparam("lease"),
+        or_(_L.expires_at < bindparam("now"), _L.holder == bindparam("me")),
+    )
+    .values(holder=bindparam("me"), expires_at=bindparam("until"), state=bindparam("said"))
+)
+_RELEASE = delete(LEASES).where(_L.name == bindparam("lease"), _L.holder == bindparam("me"))
 
 
 class LeaseLost(Exception):
@@ -40,11 +60,7 @@ class Held:
 async def lock_held(session: AsyncSession, held: Held, now: datetime) -> None:
     """Raise `LeaseLost` unless `held` is still ours; if it is, lock it until commit, so
     nobody can take it over (once expired) before this transaction is done."""
-    locked = await session.execute(
-        update(Lease)
-        .where(Lease.name == held.name, Lease.holder == held.holder, Lease.expires_at > now)
-        .values(expires_at=Lease.expires_at)
-    )
+    locked = await session.execute(_LOCK, {"lease": held.name, "me": held.holder, "now": now})
     if locked.rowcount != 1:  # type: ignore[attr-defined]
         raise LeaseLost(held.name)
 
@@ -69,14 +85,13 @@ class Leases:
         state = None if state is None else state[:STATE_CHARS]
         async with self._sessions() as session:
             taken = await session.execute(
-                update(Lease)
-                .where(Lease.name == name, or_(Lease.expires_at < now, Lease.holder == self.holder))
-                .values(holder=self.holder, expires_at=now + ttl, state=state)
+                _TAKE,
+                {"lease": name, "me": self.holder, "now": now, "until": now + ttl, "said": state},
             )
             if taken.rowcount == 0:  # type: ignore[attr-defined]
-                values = {"holder": self.holder, "expires_at": now + ttl, "state": state}
                 taken = await session.execute(
-                    insert_or_skip(session, Lease).values(name=name, **values)
+                    skipping_insert(session.get_bind().dialect.name, LEASES),
+                    {"name": name, "holder": self.holder, "expires_at": now + ttl, "state": state},
                 )
             await session.commit()
         return bool(taken.rowcount)  # type: ignore[attr-defined]
@@ -88,9 +103,8 @@ class Leases:
         state = None if state is None else state[:STATE_CHARS]
         async with self._sessions() as session:
             renewed = await session.execute(
-                update(Lease)
-                .where(Lease.name == name, Lease.holder == self.holder, Lease.expires_at > now)
-                .values(expires_at=now + ttl, state=state)
+                _RENEW,
+                {"lease": name, "me": self.holder, "now": now, "until": now + ttl, "said": state},
             )
             await session.commit()
         return bool(renewed.rowcount)  # type: ignore[attr-defined]
@@ -104,7 +118,5 @@ class Leases:
 
     async def release(self, name: str) -> None:
         async with self._sessions() as session:
-            await session.execute(
-                delete(Lease).where(Lease.name == name, Lease.holder == self.holder)
-            )
+            await session.execute(_RELEASE, {"lease": name, "me": self.holder})
             await session.commit()

@@ -17,6 +17,7 @@ from memory.storage.models import (
     Chunk,
     Conversation,
     Identity,
+    Lease,
     Message,
     Profile,
     SentPart,
@@ -28,6 +29,7 @@ from memory.storage.models import (
 CHUNKS = cast(Table, Chunk.__table__)
 CONVERSATIONS = cast(Table, Conversation.__table__)
 IDENTITIES = cast(Table, Identity.__table__)
+LEASES = cast(Table, Lease.__table__)
 MESSAGES = cast(Table, Message.__table__)
 PROFILES = cast(Table, Profile.__table__)
 SENT_PARTS = cast(Table, SentPart.__table__)
