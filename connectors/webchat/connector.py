@@ -132,8 +132,9 @@ def _router(visitors: Visitors) -> APIRouter:
     # defined first, which is why they are one function.
     router = APIRouter(tags=["web chat"])
 
-    def bearer(authorization: Annotated[str | None, Header()] = None) -> str:
-        """The visitor a token grants (checked by signature alone, no database)."""
+    async def bearer(authorization: Annotated[str | None, Header()] = None) -> str:
+        """The visitor a token grants (checked by signature alone, no database). Async
+        though it awaits nothing: FastAPI runs a plain function in its thread pool."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError("send the web chat token as `Authorization: Bearer <token>`")

@@ -1,5 +1,8 @@
 """Request dependencies, as `Annotated` aliases the route modules share.
 
+Each is `async` although none awaits anything: FastAPI runs a plain function in its
+thread pool, a hop to another thread and back for every dependency of every request.
+
 A route declares the application services it uses, one alias each (`SessionsDep`,
 `PeopleDep`, ...): never the whole `Services`, never a repository. Only this module
 reads them out of the app's `Services`.
@@ -44,18 +47,18 @@ def _services(connection: HTTPConnection) -> Services:
     return services
 
 
-def _operations(connection: HTTPConnection) -> Operations:
+async def _operations(connection: HTTPConnection) -> Operations:
     return _services(connection).operations
 
 
 _OperationsDep = Annotated[Operations, Depends(_operations)]
 
 
-def _settings(connection: HTTPConnection) -> Settings:
+async def _settings(connection: HTTPConnection) -> Settings:
     return _services(connection).settings
 
 
-def _hub(connection: HTTPConnection) -> Hub:
+async def _hub(connection: HTTPConnection) -> Hub:
     return _services(connection).hub
 
 
@@ -63,112 +66,112 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 HubDep = Annotated[Hub, Depends(_hub)]
 
 
-def _sessions(operations: _OperationsDep) -> Sessions:
+async def _sessions(operations: _OperationsDep) -> Sessions:
     return operations.sessions
 
 
 SessionsDep = Annotated[Sessions, Depends(_sessions)]
 
 
-def _usage(operations: _OperationsDep) -> UsageReports:
+async def _usage(operations: _OperationsDep) -> UsageReports:
     return operations.usage
 
 
 UsageDep = Annotated[UsageReports, Depends(_usage)]
 
 
-def _people(operations: _OperationsDep) -> People:
+async def _people(operations: _OperationsDep) -> People:
     return operations.people
 
 
 PeopleDep = Annotated[People, Depends(_people)]
 
 
-def _reminders(operations: _OperationsDep) -> PersonReminders:
+async def _reminders(operations: _OperationsDep) -> PersonReminders:
     return operations.reminders
 
 
 RemindersDep = Annotated[PersonReminders, Depends(_reminders)]
 
 
-def _profiles(operations: _OperationsDep) -> PersonProfiles:
+async def _profiles(operations: _OperationsDep) -> PersonProfiles:
     return operations.profiles
 
 
 ProfilesDep = Annotated[PersonProfiles, Depends(_profiles)]
 
 
-def _chunks(operations: _OperationsDep) -> Chunks:
+async def _chunks(operations: _OperationsDep) -> Chunks:
     return operations.chunks
 
 
 ChunksDep = Annotated[Chunks, Depends(_chunks)]
 
 
-def _pairings(operations: _OperationsDep) -> PairingRequests:
+async def _pairings(operations: _OperationsDep) -> PairingRequests:
     return operations.pairings
 
 
 PairingsDep = Annotated[PairingRequests, Depends(_pairings)]
 
 
-def _retries(operations: _OperationsDep) -> Retries:
+async def _retries(operations: _OperationsDep) -> Retries:
     return operations.retries
 
 
 RetriesDep = Annotated[Retries, Depends(_retries)]
 
 
-def _messages(operations: _OperationsDep) -> OperatorMessages:
+async def _messages(operations: _OperationsDep) -> OperatorMessages:
     return operations.messages
 
 
 OperatorMessagesDep = Annotated[OperatorMessages, Depends(_messages)]
 
 
-def _erasing(operations: _OperationsDep) -> Erasing:
+async def _erasing(operations: _OperationsDep) -> Erasing:
     return operations.erasing
 
 
 ErasingDep = Annotated[Erasing, Depends(_erasing)]
 
 
-def _portability(operations: _OperationsDep) -> Portability:
+async def _portability(operations: _OperationsDep) -> Portability:
     return operations.portability
 
 
 PortabilityDep = Annotated[Portability, Depends(_portability)]
 
 
-def _export_links(operations: _OperationsDep) -> ExportLinks:
+async def _export_links(operations: _OperationsDep) -> ExportLinks:
     return operations.export_links
 
 
 ExportLinksDep = Annotated[ExportLinks, Depends(_export_links)]
 
 
-def _overview(operations: _OperationsDep) -> Overview:
+async def _overview(operations: _OperationsDep) -> Overview:
     return operations.overview
 
 
 OverviewDep = Annotated[Overview, Depends(_overview)]
 
 
-def _idempotency(operations: _OperationsDep) -> Idempotency:
+async def _idempotency(operations: _OperationsDep) -> Idempotency:
     return operations.idempotency
 
 
 IdempotencyDep = Annotated[Idempotency, Depends(_idempotency)]
 
 
-def _health(operations: _OperationsDep) -> Health:
+async def _health(operations: _OperationsDep) -> Health:
     return operations.health
 
 
 HealthDep = Annotated[Health, Depends(_health)]
 
 
-def _operators(connection: HTTPConnection) -> OperatorAuth:
+async def _operators(connection: HTTPConnection) -> OperatorAuth:
     operators: OperatorAuth = connection.app.state.operators
     return operators
 
@@ -210,7 +213,7 @@ async def _admin(
 AdminDep = Depends(_admin)
 
 
-def _cursors(request: Request) -> Cursors:
+async def _cursors(request: Request) -> Cursors:
     cursors: Cursors = request.app.state.cursors
     return cursors
 
