@@ -1,6 +1,6 @@
-"""Sessions that only read (`reading`): no transaction is begun for them (on Postgres
-no BEGIN and no ROLLBACK), and nothing of that reaches the sessions that write after
-them on the same connection."""
+"""Reads on their own connection (`reading`): no transaction is begun for them (on
+Postgres no BEGIN and no ROLLBACK), and nothing of that reaches the sessions that write
+after them on the same connection."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ import uuid
 from typing import Any
 
 from sqlalchemy import func, insert, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from memory.storage.engine import reading
 from memory.storage.models import utcnow
 from memory.storage.tables import USERS
 
 
-async def _in_transaction(session: AsyncSession) -> bool:
-    """Whether the driver's connection under the session has a transaction open."""
-    connection = await session.connection()
+async def _in_transaction(connection: AsyncConnection) -> bool:
+    """Whether the driver's connection has a transaction open."""
     driver: Any = (await connection.get_raw_connection()).driver_connection
     if hasattr(driver, "is_in_transaction"):  # asyncpg
         return bool(driver.is_in_transaction())
@@ -32,15 +31,15 @@ async def test_a_reader_begins_nothing_and_a_writer_after_it_can_roll_back(
         await session.execute(insert(USERS), row)
         await session.commit()
 
-    async with reading(sessions) as session:
-        assert await session.scalar(select(USERS.c.display_name)) == "Ada"
-        assert not await _in_transaction(session)
+    async with reading(sessions) as connection:
+        assert await connection.scalar(select(USERS.c.display_name)) == "Ada"
+        assert not await _in_transaction(connection)
 
     # The pool hands the same connection out again: its statements are in a
     # transaction once more, and a rollback undoes them.
     async with sessions() as session:
         await session.execute(insert(USERS), {**row, "id": uuid.uuid4(), "display_name": "Bo"})
-        assert await _in_transaction(session)
+        assert await _in_transaction(await session.connection())
         await session.rollback()
-    async with reading(sessions) as session:
-        assert await session.scalar(select(func.count()).select_from(USERS)) == 1
+    async with reading(sessions) as connection:
+        assert await connection.scalar(select(func.count()).select_from(USERS)) == 1

@@ -70,8 +70,8 @@ class Profiles:
 
     async def _owners(self, column: str, conversation_id: uuid.UUID) -> Any:
         """A column of the profile of a personal conversation's owner (None: a group)."""
-        async with reading(self._sessions) as session:
-            return await session.scalar(_of_owner(column), {"conversation_id": conversation_id})
+        async with reading(self._sessions) as connection:
+            return await connection.scalar(_of_owner(column), {"conversation_id": conversation_id})
 
     async def append(
         self,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from sqlalchemy import bindparam, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from memory.storage.engine import reading
 from memory.storage.inserts import insert_or_skip
@@ -149,13 +149,13 @@ class Conversations:
         answered one) and when the message before those was sent; None if nothing is
         unanswered. Of the live window only what is new since the kept one is read
         (live_window.py says when a kept window is good)."""
-        async with reading(self._sessions) as session:
+        async with reading(self._sessions) as connection:
             answered, last_user, kind, timezone, version, user_id, daily, told = (
-                await session.execute(_TURN_HEAD, {"conversation_id": conversation_id})
+                await connection.execute(_TURN_HEAD, {"conversation_id": conversation_id})
             ).one()
             if last_user <= answered:
                 return None
-            live = await self._live(session, conversation_id, version)
+            live = await self._live(connection, conversation_id, version)
             # Seq order: what is after `answered` is found without walking the rest.
             after = bisect_right(live, answered, key=_seq)
             unanswered = [m for m in live[after:] if m.role is Role.USER]
@@ -166,7 +166,7 @@ class Conversations:
             previous_at = live[before - 1].sent_at if before else None
             if previous_at is None and first_new.seq > 1:
                 # Everything before this turn is archived: ask the archive's edge.
-                previous_at = await session.scalar(
+                previous_at = await connection.scalar(
                     _ARCHIVED_EDGE, {"conversation_id": conversation_id, "before": first_new.seq}
                 )
         return TurnState(
@@ -192,16 +192,16 @@ class Conversations:
             await session.commit()
 
     async def _live(
-        self, session: AsyncSession, conversation_id: uuid.UUID, version: int
+        self, connection: AsyncConnection, conversation_id: uuid.UUID, version: int
     ) -> tuple[StoredMessage, ...]:
         """The live window: the kept one and the messages stored after it, or all of it
         read afresh if none is kept at `version` (read before, so a change committing
         meanwhile leaves the window tagged with the version it outdated)."""
         kept = self._windows.get(conversation_id, version)
         if kept is None:
-            rows = await session.execute(_LIVE, {"conversation_id": conversation_id})
+            rows = await connection.execute(_LIVE, {"conversation_id": conversation_id})
         else:
-            rows = await session.execute(
+            rows = await connection.execute(
                 _LIVE_AFTER, {"conversation_id": conversation_id, "after": kept.last_seq}
             )
         new = tuple(message_view(row) for row in rows)

@@ -127,8 +127,8 @@ class Deliveries:
     ) -> tuple[str, str | None]:
         """Where an answer goes, in one read: the platform address of the identity ('' if
         none) and the conversation's platform group id (None unless a group)."""
-        async with reading(self._sessions) as session:
-            found = await session.execute(
+        async with reading(self._sessions) as connection:
+            found = await connection.execute(
                 _ADDRESS, {"conversation_id": conversation_id, "identity_id": identity_id}
             )
             row = found.one_or_none()
@@ -142,11 +142,11 @@ class Deliveries:
     ) -> DeliveryState | None:
         """Where a reply's delivery stands; with `preview_in` (a chat), also the preview
         that showed it there while it was written, if one did."""
-        async with reading(self._sessions) as session:
+        async with reading(self._sessions) as connection:
             if preview_in is None:
-                found = await session.execute(_STATE, {"message_id": message_id})
+                found = await connection.execute(_STATE, {"message_id": message_id})
             else:
-                found = await session.execute(
+                found = await connection.execute(
                     _STATE_AND_PREVIEW, {"message_id": message_id, "chat": preview_in}
                 )
             row = found.one_or_none()

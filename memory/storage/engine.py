@@ -14,6 +14,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -112,20 +113,22 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 
 @contextlib.asynccontextmanager
-async def reading(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
-    """A session that only reads. On a server database its statements commit each by
+async def reading(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncConnection]:
+    """A connection of `sessions`' engine for reads only, without an ORM session around
+    it: the reads on the hot paths are Core statements, and a session's bookkeeping cost
+    about as much as one of them. On a server database its statements commit each by
     itself: no BEGIN before the first and no ROLLBACK after the last, two of the round
-    trips of every read on the hot paths. What it sees is the same: at READ COMMITTED
-    (the default, and what the gateway runs at) every statement takes its own snapshot
-    anyway. SQLite begins no transaction for a read, and changing its isolation level
-    would cost trips of its own: nothing to do there."""
-    async with sessions() as session:
-        if session.get_bind().dialect.name != "sqlite":
-            await session.connection(execution_options=_AUTOCOMMIT)
-        yield session
-
-
-_AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
+    trips of every read. What it sees is the same: at READ COMMITTED (the default, and
+    what the gateway runs at) every statement takes its own snapshot anyway. SQLite
+    begins no transaction for a read, and changing its isolation level would cost trips
+    of its own: nothing to do there."""
+    engine = sessions.kw.get("bind")
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError("reading() needs sessions bound to one engine (session_factory)")
+    async with engine.connect() as connection:
+        if engine.dialect.name != "sqlite":
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+        yield connection
 
 
 def writer_queue(sessions: async_sessionmaker[AsyncSession]) -> AbstractAsyncContextManager[Any]:

@@ -148,8 +148,8 @@ class Identities:
             await session.commit()
 
     async def _find_identity(self, channel: str, external_id: str) -> IdentityRef | None:
-        async with reading(self._sessions) as session:
-            found = await session.execute(
+        async with reading(self._sessions) as connection:
+            found = await connection.execute(
                 _FIND_IDENTITY, {"channel": channel, "external_id": external_id}
             )
             row = found.one_or_none()

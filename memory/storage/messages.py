@@ -216,8 +216,8 @@ class Messages:
         query = select(*MESSAGE_COLUMNS).where(
             Message.channel == channel, Message.platform_message_id == platform_message_id
         )
-        async with reading(self._sessions) as session:
-            row = (await session.execute(query)).one_or_none()
+        async with reading(self._sessions) as connection:
+            row = (await connection.execute(query)).one_or_none()
         return None if row is None else message_view(row)
 
     async def messages_after(
@@ -240,15 +240,15 @@ class Messages:
             .order_by(Message.reply_to_seq, Message.seq)
             .limit(1)
         )
-        async with reading(self._sessions) as session:
-            row = (await session.execute(query)).one_or_none()
+        async with reading(self._sessions) as connection:
+            row = (await connection.execute(query)).one_or_none()
         return None if row is None else message_view(row)
 
     async def message_by_id(self, message_id: int) -> StoredMessage | None:
         """A message wherever it is now (linking moves messages between conversations)."""
         query = select(*MESSAGE_COLUMNS).where(Message.id == message_id)
-        async with reading(self._sessions) as session:
-            row = (await session.execute(query)).one_or_none()
+        async with reading(self._sessions) as connection:
+            row = (await connection.execute(query)).one_or_none()
         return None if row is None else message_view(row)
 
     async def messages_between(
