@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -36,6 +37,7 @@ from memory.archive.reads import (
 from memory.archive.timeline import timeline_roots, visible_rows
 from memory.archive.transcript import render_transcript
 from memory.provenance import dialogue
+from memory.storage.engine import reading
 from memory.storage.live_window import bump_live_version
 from memory.storage.messages import MESSAGE_COLUMNS, message_view
 from memory.storage.models import Chunk, ChunkStatus, Conversation, Message, User
@@ -114,13 +116,15 @@ class Archive(ArchiveReads):
         """At a turn's start: swap ready level-0 chunks in — in one transaction their
         messages leave the live window and they enter the timeline — then read the
         timeline. True if anything moved."""
+        # Mostly there is nothing to swap: then the timeline is read on a plain
+        # connection, without the transaction a swap needs.
+        async with reading(self._sessions) as connection:
+            roots = await timeline_roots(connection, conversation_id)
+            if not _ready_to_swap(roots):
+                return False, await visible_rows(connection, roots)
         async with self._sessions() as session:
             roots = await timeline_roots(session, conversation_id)
-            ready = [
-                r
-                for r in roots
-                if r.level == 0 and r.status == ChunkStatus.READY and not r.in_timeline
-            ]
+            ready = _ready_to_swap(roots)
             for chunk in ready:
                 await session.execute(
                     update(Message)
@@ -441,3 +445,11 @@ def _held_by(chunk_id: int, attempt: int) -> tuple[ColumnElement[bool], ...]:
     """The chunk still needs the summary of claim number `attempt`: each claim counts
     an attempt, so a later claim (after the lease lapsed) fences out the earlier one."""
     return (Chunk.id == chunk_id, Chunk.status != ChunkStatus.READY, Chunk.attempts == attempt)
+
+
+def _ready_to_swap(roots: list[Any]) -> list[Any]:
+    """Level-0 chunks summarised and not yet in the timeline: their messages leave the
+    live window at the next turn's start."""
+    return [
+        r for r in roots if r.level == 0 and r.status == ChunkStatus.READY and not r.in_timeline
+    ]

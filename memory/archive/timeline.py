@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from sqlalchemy import bindparam, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from memory.archive.reads import ChunkView, chunk_view
 from memory.storage.models import Chunk, ChunkStatus
@@ -33,6 +33,9 @@ TIMELINE_COLUMNS = tuple(
         Chunk.in_timeline,
     )
 )
+# A session, or a plain connection (`reading`).
+Reader = AsyncSession | AsyncConnection
+
 _ROOTS = select(*TIMELINE_COLUMNS).where(
     CHUNKS.c.conversation_id == bindparam("conversation_id"), CHUNKS.c.parent_id.is_(None)
 )
@@ -42,7 +45,7 @@ _READY_CHILDREN = select(*TIMELINE_COLUMNS).where(
 )
 
 
-async def timeline_roots(session: AsyncSession, conversation_id: uuid.UUID) -> list[Any]:
+async def timeline_roots(session: Reader, conversation_id: uuid.UUID) -> list[Any]:
     # Unswapped and pending chunks are always roots, and each level keeps only a few:
     # the same cost for a thousand archived messages as for a million. Plain rows,
     # not ORM objects: this runs every turn.
@@ -50,7 +53,7 @@ async def timeline_roots(session: AsyncSession, conversation_id: uuid.UUID) -> l
 
 
 async def visible_rows(
-    session: AsyncSession, roots: list[Any], swapped: set[int] | None = None
+    session: Reader, roots: list[Any], swapped: set[int] | None = None
 ) -> list[ChunkView]:
     """Ready rows in the timeline: roots, and the children of unfinished parents."""
     unfinished = [r.id for r in roots if not _summarised(r) and r.level > 0]
