@@ -91,6 +91,7 @@ class Options:
     # overhead lands on the gateway's figures, so take ratios from runs without it.
     profile: Path | None = None
     command: str = ""
+    pieces: int = 3  # streamed pieces a model reply
 
 
 @dataclass
@@ -274,6 +275,7 @@ async def run(options: Options) -> dict[str, Any]:
                 gateway_command(options.profile),
                 SETTINGS,
                 options.gateway_log or directory / "gateway.log",
+                ("--pieces", str(options.pieces)),
             )
         )
         urls = {
@@ -397,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", type=Path, help="write cProfile stats of the gateway's segments here"
     )
+    parser.add_argument("--pieces", type=int, default=Options.pieces, help="streamed a reply")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
@@ -418,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         turns_per_person=args.turns_per_person,
         database_url=args.database_url,
         gateway_log=args.gateway_log,
+        pieces=max(1, args.pieces),
         profile=args.profile,
         command=shlex.join(
             ["python", "-m", "bench.turn_cost", *(sys.argv[1:] if argv is None else argv)]

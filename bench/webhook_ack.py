@@ -381,6 +381,7 @@ async def three_processes(
     gateway_args: Sequence[str],
     settings: Sequence[tuple[str, str]],
     gateway_log: Path,
+    fakes_args: Sequence[str] = (),
 ) -> AsyncIterator[Processes]:
     """The fakes, the baseline and the gateway (`python <gateway_args>`, run where no
     `.env` is, so only the settings given here apply), each ready; stopped on the way out."""
@@ -390,7 +391,7 @@ async def three_processes(
         fakes_process = await stack.enter_async_context(
             child(
                 "fakes",
-                ["-m", "bench.webhook_fakes", "--port-file", str(fakes_file)],
+                ["-m", "bench.webhook_fakes", "--port-file", str(fakes_file), *fakes_args],
                 python_env(),
                 ROOT,
                 logs,

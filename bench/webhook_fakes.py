@@ -6,8 +6,9 @@ the fake WhatsApp Graph API and the fake OpenAI-compatible model server, plus a 
 state endpoint the benchmark polls. Each runs on its own port in this process' event
 loop, so their CPU is not the load generator's.
 
-The model answers at once (no delay; three streamed pieces). Its reply names the
-highest message number it was shown, `answered up to msg-N`, so the replies the
+The model answers at once (no delay; three streamed pieces, or `--pieces N`, a word a
+piece as a real model streams its tokens). Its reply names the highest message number it
+was shown, `answered up to msg-N`, so the replies the
 platforms receive say which of a chat's updates each turn answered: a turn answers
 everything that arrived before it began (updates that come during a turn are answered
 together by the next), so per chat these numbers must rise, and the last must be the
@@ -29,6 +30,7 @@ import os
 import re
 import signal
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +54,15 @@ def message_text(number: int, chat: str) -> str:
     return f"hello, this is msg-{number}-of-{chat}; please note it down"
 
 
-def respond(body: dict[str, Any], _: int) -> Behaviour:
-    """The reply names the highest message number in the prompt."""
-    seen = [int(n) for n in MARK.findall(json.dumps(body.get("messages", [])))]
-    return Reply(f"ok, answered up to msg-{max(seen, default=0)}.")
+def responder(pieces: int) -> Callable[[dict[str, Any], int], Behaviour]:
+    """Replies that name the highest message number in the prompt, in `pieces` pieces."""
+    padding = "".join(f" word{i}" for i in range(pieces - 3)) if pieces > 3 else ""
+
+    def respond(body: dict[str, Any], _: int) -> Behaviour:
+        seen = [int(n) for n in MARK.findall(json.dumps(body.get("messages", [])))]
+        return Reply(f"ok, answered up to msg-{max(seen, default=0)}.{padding}", pieces=pieces)
+
+    return respond
 
 
 def answered(text: str) -> int | None:
@@ -103,13 +110,13 @@ class State:
         )
 
 
-async def run(port_file: Path) -> None:
+async def run(port_file: Path, pieces: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     llm, tg, wa = FakeLLM(), FakeTelegram(), FakeGraph()
-    llm.responder = respond
+    llm.responder = responder(pieces)
     state = State(llm, tg, wa)
     async with contextlib.AsyncExitStack() as stack:
         llm.base_url = await stack.enter_async_context(serve(llm.app))
@@ -133,11 +140,12 @@ async def run(port_file: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.webhook_fakes")
     parser.add_argument("--port-file", type=Path, required=True)
+    parser.add_argument("--pieces", type=int, default=3, help="streamed pieces a reply")
     args = parser.parse_args(argv)
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(run(args.port_file))
+        runner.run(run(args.port_file, max(1, args.pieces)))
 
 
 if __name__ == "__main__":
