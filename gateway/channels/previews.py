@@ -79,6 +79,8 @@ class _PacedPreview(Preview):
         self._metrics = metrics
         self._text = ""
         self.shown: str | None = ""
+        # Looked up once: a reply adds a few hundred pieces, most of them throttled.
+        self._throttled = metrics.stream_previews.labels(sender.channel, "throttled")
         self._changed = asyncio.Event()
         self._stopped = False
         # Held while a call to the platform is in flight.
@@ -88,7 +90,7 @@ class _PacedPreview(Preview):
         if self._stopped:
             return
         if self._changed.is_set():  # the preview after next shows it, with what comes
-            self._count("throttled")
+            self._throttled.inc()
         self._text += text
         self._changed.set()
 

@@ -89,9 +89,14 @@ class Interest(Protocol):
         """Its last subscriber here left."""
 
 
+# What a reply is streamed as: a subscriber waiting only for what is stored skips them.
+_STREAMING = (DeltaEvent, Typing)
+
+
 class Hub:
     def __init__(self) -> None:
         self._subscribers: defaultdict[uuid.UUID, set[asyncio.Queue[Event]]] = defaultdict(set)
+        self._unstreamed: set[asyncio.Queue[Event]] = set()
         self._forward: Forward | None = None
         self._interest: Interest | None = None
 
@@ -106,15 +111,22 @@ class Hub:
             interest.wanted(conversation_id)
 
     @contextlib.contextmanager
-    def subscribe(self, conversation_id: uuid.UUID) -> Iterator[asyncio.Queue[Event]]:
+    def subscribe(
+        self, conversation_id: uuid.UUID, *, streaming: bool = True
+    ) -> Iterator[asyncio.Queue[Event]]:
+        """The conversation's events from now on; without `streaming`, none of a reply
+        being written (its deltas, typing): a reply streams hundreds of them."""
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=QUEUE_LIMIT)
         first = conversation_id not in self._subscribers
         self._subscribers[conversation_id].add(queue)
+        if not streaming:
+            self._unstreamed.add(queue)
         if first and self._interest is not None:
             self._interest.wanted(conversation_id)
         try:
             yield queue
         finally:
+            self._unstreamed.discard(queue)
             subscribers = self._subscribers[conversation_id]
             subscribers.discard(queue)
             if not subscribers:
@@ -129,7 +141,10 @@ class Hub:
 
     def deliver(self, conversation_id: uuid.UUID, event: Event) -> None:
         """Hand an event to this replica's subscribers only."""
+        streamed = isinstance(event, _STREAMING)
         for queue in self._subscribers.get(conversation_id, ()):
+            if streamed and queue in self._unstreamed:
+                continue
             try:
                 queue.put_nowait(event)
             except asyncio.QueueFull:

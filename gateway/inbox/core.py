@@ -242,7 +242,7 @@ class Core:
         conversation_id, seq = message.conversation_id, message.seq
         future = self._runner.reply_future(conversation_id, seq)
         try:
-            with self.hub.subscribe(conversation_id) as events:
+            with self.hub.subscribe(conversation_id, streaming=False) as events:
                 # A message stored just now cannot have its turn finished: `receive`
                 # only scheduled it. A redelivered one may have been answered long ago;
                 # that is read after subscribing, so a turn ending in between is seen.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import httpx
+import orjson
 
 from gateway.backoff import full_jitter, parse_retry_after
 from gateway.errors import LLMUnavailable
@@ -201,9 +202,10 @@ async def stream_text(
 async def _attempt(
     client: httpx.AsyncClient, request: StreamRequest, decoder: EventDecoder
 ) -> AsyncGenerator[Piece, None]:
+    headers = {**request.headers, "Content-Type": "application/json"}
     try:
         async with client.stream(
-            "POST", request.url, headers=dict(request.headers), json=dict(request.body)
+            "POST", request.url, headers=headers, content=_json_body(request.body)
         ) as response:
             if not response.is_success:
                 raise await _status_failure(request.provider, response)
@@ -215,9 +217,20 @@ async def _attempt(
         raise _transport_failure(request.provider, exc, retryable=False) from exc
 
 
+def _json_body(body: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(body, default=_mapping_as_dict)
+
+
+def _mapping_as_dict(value: object) -> dict[str, Any]:
+    # Tool schemas are declared as mappings; orjson writes objects only from dicts.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 async def _decode(response: httpx.Response, decoder: EventDecoder) -> AsyncIterator[Piece]:
     reader = SSEReader()
-    lines = response.aiter_lines()
+    lines = sse_lines(response.aiter_bytes())
     async for text in _reply_text(lines, reader, decoder):
         yield text
     # The reply is whole, so every call's arguments are all read.
@@ -261,6 +274,29 @@ async def _read_tail(lines: AsyncIterator[str], reader: SSEReader, decoder: Even
                         deadline.reschedule(asyncio.get_running_loop().time() + DRAIN_SECONDS)
 
 
+async def sse_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The lines of an event stream, without their endings (CR, LF or CRLF).
+
+    A reply streams a few hundred events, each often a network read of its own: split
+    on the bytes as they come, rather than through httpx's text and line decoders (two
+    more generators a read). A line is whole before it is decoded, so no character is
+    split: the stream is UTF-8 (https://html.spec.whatwg.org/#sse).
+    """
+    pending = b""
+    async for chunk in chunks:
+        pending += chunk
+        # A CR at the end may be the first half of a CRLF: wait for what follows.
+        cut = len(pending) - 1 if pending.endswith(b"\r") else len(pending)
+        lines = pending[:cut].splitlines(keepends=True)
+        pending = pending[cut:]
+        if lines and not lines[-1].endswith((b"\n", b"\r")):
+            pending = lines.pop() + pending  # a line still coming
+        for line in lines:
+            yield line.rstrip(b"\r\n").decode("utf-8", "replace")
+    if pending:
+        yield pending.rstrip(b"\r\n").decode("utf-8", "replace")
+
+
 class SSEReader:
     """Assembles server-sent event lines into events (https://html.spec.whatwg.org/#sse)."""
 
@@ -289,8 +325,8 @@ class SSEReader:
 
 def parse_json(event: SSEEvent) -> dict[str, Any]:
     try:
-        value = json.loads(event.data)
-    except ValueError:
+        value = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
         raise StreamFailed("malformed event data", detail=event.data, retryable=False) from None
     if not isinstance(value, dict):
         raise StreamFailed("unexpected event data", detail=event.data, retryable=False)

@@ -123,17 +123,21 @@ class _ChunkDecoder:
                 detail=error_message(chunk) or str(chunk["error"]),
                 retryable=False,
             )
+        choice = _first_choice(chunk)
         # Some compatible servers close the stream after the finishing chunk without
         # `[DONE]`; a finish_reason is as good an end marker. The usage (asked for with
         # `include_usage`) comes in a chunk of its own after it.
-        if _finish_reason(chunk):
+        if choice.get("finish_reason"):
             self.complete = True
         if (usage := _usage(chunk)) is not None:
             self.usage = usage
             self.finished = self.complete
-        for piece in _delta_calls(chunk):
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return ""
+        for piece in _calls_in(delta):
             self._add_call(piece)
-        return _delta_text(chunk)
+        return _string(delta.get("content"))
 
     def _add_call(self, piece: dict[str, Any]) -> None:
         function = piece.get("function")
@@ -163,17 +167,8 @@ def _first_choice(chunk: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _delta(chunk: dict[str, Any]) -> dict[str, Any]:
-    delta = _first_choice(chunk).get("delta")
-    return delta if isinstance(delta, dict) else {}
-
-
-def _delta_text(chunk: dict[str, Any]) -> str:
-    return _string(_delta(chunk).get("content"))
-
-
-def _delta_calls(chunk: dict[str, Any]) -> list[dict[str, Any]]:
-    pieces = _delta(chunk).get("tool_calls")
+def _calls_in(delta: dict[str, Any]) -> list[dict[str, Any]]:
+    pieces = delta.get("tool_calls")
     if not isinstance(pieces, list):
         return []
     return [piece for piece in pieces if isinstance(piece, dict)]
@@ -181,10 +176,6 @@ def _delta_calls(chunk: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _string(value: object) -> str:
     return value if isinstance(value, str) else ""
-
-
-def _finish_reason(chunk: dict[str, Any]) -> bool:
-    return bool(_first_choice(chunk).get("finish_reason"))
 
 
 def _usage(chunk: dict[str, Any]) -> Usage | None:
