@@ -18,7 +18,8 @@ same W conversations only (as sockets would):
 At the end replica 1 publishes an `Ended` into each watched conversation: Redis keeps a
 publisher's order, so a listener that has it has read everything before it. Reported per
 listener: events decoded, events its subscribers got (W x D expected: fewer means the
-run dropped some), CPU ms in all and µs per published event, and the old/new ratios.
+run dropped some), CPU ms in all and µs per published event, and the old/new ratios;
+and replica 1's own CPU per event it published (its hub and fan-out).
 """
 
 from __future__ import annotations
@@ -198,12 +199,14 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         _listener("old", args, watched) as old,
         _replica_one(args.redis_url) as hub,
     ):
+        cpu = time.process_time()
         seconds = await _stream(hub, args, conversations)
         # Replica 1 stays up until both have heard its last events.
         for design, child in (("new", new), ("old", old)):
             assert child.stdout is not None
             line = await asyncio.wait_for(child.stdout.readline(), CHILD_SECONDS)
             results[design] = json.loads(line)
+        cpu = time.process_time() - cpu
     published = args.conversations * args.deltas + args.watched
     for result in results.values():
         result["cpu_us_per_published"] = result["cpu_seconds"] * 1e6 / published
@@ -214,6 +217,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "stream_seconds": round(seconds, 2),
         "expected_delivered": args.watched * args.deltas,
         "designs": results,
+        # Replica 1's CPU (the hub and its fan-out publishing) per event it published.
+        "publisher_cpu_us_per_published": round(cpu * 1e6 / published, 2),
         "decoded_ratio_old_over_new": old_r["decoded"] / max(new_r["decoded"], 1),
         "cpu_ratio_old_over_new": old_r["cpu_seconds"] / max(new_r["cpu_seconds"], 1e-9),
         "machine": machine(),
@@ -227,6 +232,7 @@ def _print(report: dict[str, Any]) -> None:
         f"{config['conversations']} conversations x {config['deltas']} deltas; replica 2 "
         f"has subscribers on {config['watched']} (expected {report['expected_delivered']} deltas)"
     )
+    print(f"  publisher: CPU {report['publisher_cpu_us_per_published']:6.2f} µs per event")
     for design, result in report["designs"].items():
         print(
             f"  {design}: decoded {result['decoded']:>6}, delivered {result['delivered']:>5}, "

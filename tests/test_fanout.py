@@ -101,6 +101,21 @@ async def test_a_replica_decodes_only_the_conversations_it_has_subscribers_for()
     assert (unwatched_subscribers, watched_subscribers) == (0, 1)
 
 
+async def test_a_burst_published_at_once_arrives_whole_and_in_order() -> None:
+    # A streamed reply queues its deltas faster than Redis answers: they go in batches.
+    url = await fresh_redis()
+    one, other = uuid.uuid4(), uuid.uuid4()
+    burst = [DeltaEvent(c, f"token {n}") for n in range(600) for c in (one, other)]
+    async with _replica(url) as a, _replica(url) as b:
+        with b.hub.subscribe(one) as first, b.hub.subscribe(other) as second:
+            assert [await _next(first), await _next(second)] == [Overflow()] * 2
+            for event in burst:
+                a.hub.publish(event.conversation_id, event)
+            heard = [[await _next(queue) for _ in range(600)] for queue in (first, second)]
+
+    assert heard == [[e for e in burst if e.conversation_id == c] for c in (one, other)]
+
+
 async def test_a_conversations_channel_is_left_when_its_last_subscriber_here_leaves() -> None:
     url = await fresh_redis()
     first, second = uuid.uuid4(), uuid.uuid4()
