@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -64,12 +65,16 @@ def prompt(pieces: int) -> Prompt:
 
 
 async def serve_model(port_file: Path) -> None:
-    """The fake model, answering in as many pieces as the last message asks."""
+    """The fake model, answering in as many pieces as the last message asks. Also a
+    model to point a trial `parley serve` at (PARLEY_LLM_BASE_URL: what it writes)."""
     from tests.fakes.llm_server import FakeLLM, Reply
     from tests.support.servers import serve
 
     def respond(body: dict[str, Any], _: int) -> Reply:
-        pieces = int(str(body["messages"][-1]["content"]).removeprefix(_PIECES))
+        # The bench sends "pieces=N" alone; a gateway pointed here wraps it in its own
+        # words, and anything else gets three.
+        asked = re.search(rf"{_PIECES}(\d+)", json.dumps(body["messages"][-1]))
+        pieces = max(1, int(asked.group(1))) if asked else 3
         return Reply(" ".join(f"word{i}" for i in range(pieces)), pieces=pieces)
 
     llm = FakeLLM()
