@@ -36,6 +36,10 @@ async def _pooled_backends(database: str) -> int:
         await admin.close()
 
 
+async def _all_closed(connections: list[asyncpg.Connection]) -> bool:
+    return all(connection.is_closed() for connection in connections)
+
+
 async def _terminate_all(database: str) -> None:
     admin = await asyncpg.connect(POSTGRES_ADMIN_URL, timeout=5)
     try:
@@ -48,16 +52,21 @@ async def _terminate_all(database: str) -> None:
         await admin.close()
 
 
-async def _use(engine: AsyncEngine, connections: int) -> None:
-    """Check out `connections` pooled connections at once, so the pool holds that many."""
+async def _use(engine: AsyncEngine, connections: int) -> list[asyncpg.Connection]:
+    """Check out `connections` pooled connections at once, so the pool holds that many;
+    the driver's connections they were."""
     all_out = asyncio.Barrier(connections)
+    used: list[asyncpg.Connection] = []
 
     async def one() -> None:
         async with engine.connect() as connection:
             assert await connection.scalar(text("SELECT 1")) == 1
+            raw = await connection.get_raw_connection()
+            used.append(raw.driver_connection)
             await all_out.wait()
 
     await asyncio.gather(*(one() for _ in range(connections)))
+    return used
 
 
 async def test_connections_the_server_closed_are_replaced_before_use(database_url: str) -> None:
@@ -65,9 +74,13 @@ async def test_connections_the_server_closed_are_replaced_before_use(database_ur
     assert database is not None
     engine = create_engine(database_url)
     try:
-        await _use(engine, 3)
+        pooled = await _use(engine, 3)
         await _terminate_all(database)  # as a restart or an operator's kill does
         await eventually(lambda: _pooled_backends(database), until=lambda n: n == 0)
+        # The server's goodbye reaches each connection as the event loop reads it: until
+        # then a checkout cannot know (a statement on it fails, and the next checkout
+        # drops it). Once the driver has read it, no use sees an error.
+        await eventually(lambda: _all_closed(pooled), until=bool)
         # Every pooled connection is dead; each use gets a live one instead of an error.
         await _use(engine, 3)
     finally:
