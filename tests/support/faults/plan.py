@@ -39,8 +39,8 @@ class FaultPlan:
     trap_seconds: float = 4.0  # how long an aimed kill waits for a model call
     ack_seconds: float = 120.0  # how long one message is retried before it counts as refused
     # The traffic-and-kills phase, at most: a bound for a run that hangs, not a figure
-    # (the kills follow the traffic's progress). It passed 200 s on a 2-core host slowed
-    # by CPU steal, where 22 restarts of `parley serve` take much of it.
+    # (the kills follow the traffic's progress). It passed 200 s on a slow 2-core host,
+    # where 22 restarts of `parley serve` take much of it.
     drive_seconds: float = 400.0
 
     @property
