@@ -52,7 +52,7 @@ import httpx
 
 from bench.memory_support import machine, machine_line
 from bench.turn_apps import BASELINE_PATH
-from bench.turn_load import Figures, process_cpu_seconds, summarise
+from bench.turn_load import Figures, process_cpu_seconds, run_workers, summarise
 from bench.webhook_ack import scratch_database, three_processes
 from bench.webhook_baseline import TELEGRAM_HEADER
 from tests.fakes import telegram_api
@@ -220,11 +220,7 @@ async def closed_loop(
             await turn(number, index)
             latencies.append((index, time.perf_counter() - started))
 
-    started = time.perf_counter()
-    async with asyncio.TaskGroup() as group:
-        for number in range(concurrency):
-            group.create_task(worker(number))
-    return time.perf_counter() - started, latencies
+    return await run_workers(concurrency, worker), latencies
 
 
 async def segment(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,24 @@ def summarise(
     )
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Around a measured segment: no garbage collection in the load generator. Once it
+    held a few rounds' results, one full collection here took 70 ms in the middle of a
+    segment (bench.webhook_ack, Intel Xeon host): nothing was sent meanwhile, the
+    overdue requests then went at once, and the p99 charged to the server was the
+    generator's. What exists is collected and frozen before, cycles made during the
+    segment wait for the end."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
 async def drive(
     client: httpx.AsyncClient,
     *,
@@ -122,8 +142,17 @@ async def drive(
             check(response)
             latencies.append((index, elapsed))
 
-    started = time.perf_counter()
-    async with asyncio.TaskGroup() as group:
-        for number in range(concurrency):
-            group.create_task(worker(number))
-    return time.perf_counter() - started, latencies
+    return await run_workers(concurrency, worker), latencies
+
+
+async def run_workers(
+    concurrency: int, worker: Callable[[int], Coroutine[Any, Any, None]]
+) -> float:
+    """Run workers 0 … `concurrency` - 1 to their end, the collector paused; the wall
+    time they took."""
+    with collector_paused():
+        started = time.perf_counter()
+        async with asyncio.TaskGroup() as group:
+            for number in range(concurrency):
+                group.create_task(worker(number))
+        return time.perf_counter() - started

@@ -56,6 +56,7 @@ from bench.memory_support import (
     process_cpu_seconds,
     sqlite_url,
 )
+from bench.turn_load import collector_paused
 from bench.webhook_baseline import TELEGRAM_HEADER
 from bench.webhook_fakes import message_text
 from memory.storage.models import Conversation, Delivery, Message, Role
@@ -254,15 +255,16 @@ async def offer(
         statuses[status] = statuses.get(status, 0) + 1
         last_done = max(last_done, done)
 
-    start = time.perf_counter() + 0.05
-    async with asyncio.TaskGroup() as group:
-        for index, (body, headers) in enumerate(hooks):
-            due = start + index / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await slots.acquire()
-            group.create_task(send(index, due, body, headers))
+    with collector_paused():
+        start = time.perf_counter() + 0.05
+        async with asyncio.TaskGroup() as group:
+            for index, (body, headers) in enumerate(hooks):
+                due = start + index / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await slots.acquire()
+                group.create_task(send(index, due, body, headers))
     return latencies, statuses, last_done - start
 
 
