@@ -1,18 +1,22 @@
-"""SQLite's statements take one trip to aiosqlite's thread each, and a session that only
-read ends without one, while everything a DBAPI cursor reports stays right."""
+"""SQLite's statements take one trip to aiosqlite's thread each, a session that only read
+ends without one and a short read takes none, while everything a DBAPI cursor reports
+stays right."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker
 
-from memory.storage.engine import create_engine
+from memory.storage.engine import create_engine, reading, session_factory
+from memory.storage.sqlite_trips import reads_inline
 
 
 @pytest.fixture
@@ -102,3 +106,58 @@ async def test_rollback_undoes_a_write_and_errors_keep_their_types(engine: Async
         await session.rollback()
         bodies = (await session.execute(text("SELECT body FROM notes"))).scalars().all()
     assert bodies == ["kept"]
+
+
+async def _on_each_connection(engine: AsyncEngine, name: str, function: Callable[[], Any]) -> None:
+    """A SQL function `name()` on every connection the engine opens from now on (those
+    it holds are closed)."""
+
+    def add(dbapi_connection: Any, _: Any) -> None:
+        dbapi_connection.driver_connection._conn.create_function(name, 0, function)
+
+    event.listen(engine.sync_engine, "connect", add)
+    await engine.dispose()
+
+
+async def test_a_short_read_runs_on_the_event_loops_thread(engine: AsyncEngine) -> None:
+    await _on_each_connection(engine, "thread_id", threading.get_ident)
+    here = threading.get_ident()
+    async with reading(session_factory(engine)) as conn:
+        trips = await _counting(conn)
+        assert await conn.scalar(text("SELECT thread_id()")) == here
+        assert (await conn.execute(text("SELECT count(*) FROM notes"))).scalar() == 0
+        assert trips() == 0
+        # A write may wait for the lock: the thread; and so, inside its
+        # transaction, does a read.
+        await conn.execute(text("INSERT INTO notes (body) VALUES ('x')"))
+        assert trips() == 1
+        assert await conn.scalar(text("SELECT thread_id()")) != here
+        assert trips() == 2
+    async with engine.connect() as conn:  # not lent for short reads: the thread
+        trips = await _counting(conn)
+        assert await conn.scalar(text("SELECT thread_id()")) != here
+        assert trips() == 1
+
+
+async def test_no_read_runs_beside_a_statement_given_up_on_in_the_thread(
+    engine: AsyncEngine,
+) -> None:
+    """A statement given up on (a timeout) goes on running in its connection's thread.
+    SQLAlchemy invalidates that connection, and closing it waits for the statement: an
+    inline read never shares a connection with a statement still running."""
+    gate = threading.Event()
+    await _on_each_connection(engine, "gate", lambda: gate.wait(10))
+    await _on_each_connection(engine, "thread_id", threading.get_ident)
+    here = threading.get_ident()
+    async with engine.connect() as conn:
+        busy = (await conn.get_raw_connection()).dbapi_connection
+        asyncio.get_running_loop().call_later(0.3, gate.set)  # the statement's length
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await conn.execute(text("SELECT gate()"))
+        assert gate.is_set()  # given up on at 50 ms, but only once the statement ended
+        assert conn.invalidated
+        await conn.rollback()
+        assert (await conn.get_raw_connection()).dbapi_connection is not busy
+        with reads_inline(conn):
+            assert await conn.scalar(text("SELECT thread_id()")) == here

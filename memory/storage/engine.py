@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from memory.storage.files import create_private_file, private_dir, tighten
-from memory.storage.sqlite_trips import one_trip_dbapi
+from memory.storage.sqlite_trips import one_trip_dbapi, reads_inline
 
 # SQLite's companions of the database file: it creates them with the database's mode.
 _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -54,6 +54,9 @@ def create_engine(url: str) -> AsyncEngine:
         max_overflow=10,
         pool_reset_on_return=None,
         module=one_trip_dbapi(),
+        # Short reads run on the event loop's thread (`reading`), the rest in the
+        # connection's own: one at a time, never both at once.
+        connect_args={"check_same_thread": False},
     )
     event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
@@ -114,21 +117,25 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 @contextlib.asynccontextmanager
 async def reading(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncConnection]:
-    """A connection of `sessions`' engine for reads only, without an ORM session around
-    it: the reads on the hot paths are Core statements, and a session's bookkeeping cost
-    about as much as one of them. On a server database its statements commit each by
-    itself: no BEGIN before the first and no ROLLBACK after the last, two of the round
-    trips of every read. What it sees is the same: at READ COMMITTED (the default, and
-    what the gateway runs at) every statement takes its own snapshot anyway. SQLite
-    begins no transaction for a read, and changing its isolation level would cost trips
-    of its own: nothing to do there."""
+    """A connection of `sessions`' engine for short reads (indexed lookups, a bounded
+    page), without an ORM session around it: the reads on the hot paths are Core
+    statements, and a session's bookkeeping cost about as much as one of them. On a
+    server database its statements commit each by itself: no BEGIN before the first and
+    no ROLLBACK after the last, two of the round trips of every read. What it sees is
+    the same: at READ COMMITTED (the default, and what the gateway runs at) every
+    statement takes its own snapshot anyway. On SQLite, which begins no transaction for
+    a read, they run on the event loop's thread, without a trip to the connection's
+    (`sqlite_trips`)."""
     engine = sessions.kw.get("bind")
     if not isinstance(engine, AsyncEngine):
         raise TypeError("reading() needs sessions bound to one engine (session_factory)")
     async with engine.connect() as connection:
-        if engine.dialect.name != "sqlite":
+        if engine.dialect.name == "sqlite":
+            with reads_inline(connection):
+                yield connection
+        else:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
-        yield connection
+            yield connection
 
 
 def writer_queue(sessions: async_sessionmaker[AsyncSession]) -> AbstractAsyncContextManager[Any]:
