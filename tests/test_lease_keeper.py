@@ -304,3 +304,28 @@ async def test_one_replica_sweeps_at_a_time_and_a_failed_sweep_is_tried_again(
 
     assert sorted(swept.values())[0] == 0  # the other replica never swept
     assert max(swept.values()) >= 2  # failed once, then swept again
+
+
+async def test_a_lease_is_one_holders_until_it_lapses_or_is_released(sessions: Sessions) -> None:
+    clock = ManualClock(NOW)
+    ours = Leases(sessions, clock.now, holder="ours")
+    theirs = Leases(sessions, clock.now, holder="theirs")
+    assert await ours.claim("turn:x", TTL, state="working")
+    assert not await theirs.claim("turn:x", TTL)  # live, and not theirs
+    assert await ours.claim("turn:x", TTL)  # ours already: claimed again, extended
+    await theirs.release("turn:x")  # not theirs to release
+    assert not await theirs.renew("turn:x", TTL)
+    clock.advance(TTL * 2)
+    assert not await ours.renew("turn:x", TTL)  # lapsed
+    assert await theirs.claim("turn:x", TTL)
+    await theirs.release("turn:x")
+    assert await ours.claim("turn:x", TTL)
+
+
+async def test_of_many_claiming_one_lease_at_once_exactly_one_gets_it(sessions: Sessions) -> None:
+    clock = ManualClock(NOW)
+    claimers = [Leases(sessions, clock.now, holder=f"h{n}") for n in range(8)]
+    for _ in ("a new lease", "one lapsed"):
+        got = await asyncio.gather(*(c.claim("race", TTL) for c in claimers))
+        assert sum(got) == 1, got
+        clock.advance(TTL * 2)

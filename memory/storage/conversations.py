@@ -70,6 +70,11 @@ _TURN_HEAD = (
     .outerjoin(USERS, USERS.c.id == CONVERSATIONS.c.user_id)
     .where(CONVERSATIONS.c.id == bindparam("conversation_id"))
 )
+# After each turn, on a server database (the turn's lease released).
+_OWING = select(CONVERSATIONS.c.id).where(
+    CONVERSATIONS.c.id == bindparam("conversation_id"),
+    CONVERSATIONS.c.last_user_seq > CONVERSATIONS.c.answered_seq,
+)
 _LIVE = (
     select(*MESSAGE_ROW)
     .where(
@@ -120,13 +125,8 @@ class Conversations:
 
     async def owes_reply(self, conversation_id: uuid.UUID) -> bool:
         """Whether a user message of the conversation is still unanswered."""
-        async with self._sessions() as session:
-            found = await session.scalar(
-                select(Conversation.id).where(
-                    Conversation.id == conversation_id,
-                    Conversation.last_user_seq > Conversation.answered_seq,
-                )
-            )
+        async with reading(self._sessions) as connection:
+            found = await connection.scalar(_OWING, {"conversation_id": conversation_id})
         return found is not None
 
     async def conversations_owing_reply(

@@ -126,9 +126,7 @@ async def reading(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[A
     statement takes its own snapshot anyway. On SQLite, which begins no transaction for
     a read, they run on the event loop's thread, without a trip to the connection's
     (`sqlite_trips`)."""
-    engine = sessions.kw.get("bind")
-    if not isinstance(engine, AsyncEngine):
-        raise TypeError("reading() needs sessions bound to one engine (session_factory)")
+    engine = _engine(sessions)
     async with engine.connect() as connection:
         if engine.dialect.name == "sqlite":
             with reads_inline(connection):
@@ -136,6 +134,31 @@ async def reading(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[A
         else:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
             yield connection
+
+
+@contextlib.asynccontextmanager
+async def writing_alone(
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[AsyncConnection]:
+    """A connection for a write that is one statement, atomic by itself (an upsert, a
+    guarded UPDATE or DELETE): on a server database it commits by itself, one round
+    trip where a transaction around it makes three (BEGIN, the statement, COMMIT). On
+    SQLite, where a write always begins a transaction, it is committed on the way out."""
+    engine = _engine(sessions)
+    if engine.dialect.name == "sqlite":
+        async with engine.begin() as connection:
+            yield connection
+    else:
+        async with engine.connect() as connection:
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+            yield connection
+
+
+def _engine(sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:
+    engine = sessions.kw.get("bind")
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError("needs sessions bound to one engine (session_factory)")
+    return engine
 
 
 def writer_queue(sessions: async_sessionmaker[AsyncSession]) -> AbstractAsyncContextManager[Any]:

@@ -4,22 +4,25 @@ A queue can lose or orphan a job (a worker killed mid-job leaves arq's keys behi
 the lease is what says whether someone is really on it. A holder renews its lease
 while it works; one that dies lets it lapse within `ttl`, and the next try takes over.
 
-Here are the rows only: claim, renew and release, each one transaction that says
-whether the lease is ours. Renewing on time, and telling the holder when the lease is
+Here are the rows only: claim, renew and release, each one statement, atomic by itself,
+that says whether the lease is ours (on a server database, one round trip each). Renewing on time, and telling the holder when the lease is
 lost, is the gateway's lease keeper (`gateway.replicas.lease_keeper`).
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import bindparam, delete, or_, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.inserts import skipping_insert
+from memory.storage.engine import writing_alone
 from memory.storage.tables import LEASES
 
 STATE_CHARS = 200  # Lease.state's width
@@ -34,14 +37,30 @@ _STILL_OURS = update(LEASES).where(
 )
 _LOCK = _STILL_OURS.values(expires_at=_L.expires_at)
 _RENEW = _STILL_OURS.values(expires_at=bindparam("until"), state=bindparam("said"))
-_TAKE = (
-    update(LEASES)
-    .where(
-        _L.name == bindparam("lease"),
-        or_(_L.expires_at < bindparam("now"), _L.holder == bindparam("me")),
+
+
+@functools.cache
+def _take(dialect: str) -> Any:
+    """Insert the lease, or take it over if it has expired or is ours already: one
+    statement, so two claimers never both get it. A row back: it is ours."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    new = insert(LEASES).values(
+        name=bindparam("lease"),
+        holder=bindparam("me"),
+        expires_at=bindparam("until"),
+        state=bindparam("said"),
     )
-    .values(holder=bindparam("me"), expires_at=bindparam("until"), state=bindparam("said"))
-)
+    return new.on_conflict_do_update(
+        index_elements=[_L.name],
+        set_={
+            "holder": new.excluded.holder,
+            "expires_at": new.excluded.expires_at,
+            "state": new.excluded.state,
+        },
+        where=or_(_L.expires_at < bindparam("now"), _L.holder == bindparam("me")),
+    ).returning(_L.name)
+
+
 _RELEASE = delete(LEASES).where(_L.name == bindparam("lease"), _L.holder == bindparam("me"))
 
 
@@ -83,31 +102,24 @@ class Leases:
         of the work, kept with the lease (cut to fit)."""
         now = self._now()
         state = None if state is None else state[:STATE_CHARS]
-        async with self._sessions() as session:
-            taken = await session.execute(
-                _TAKE,
+        async with writing_alone(self._sessions) as connection:
+            taken = await connection.execute(
+                _take(connection.dialect.name),
                 {"lease": name, "me": self.holder, "now": now, "until": now + ttl, "said": state},
             )
-            if taken.rowcount == 0:  # type: ignore[attr-defined]
-                taken = await session.execute(
-                    skipping_insert(session.get_bind().dialect.name, LEASES),
-                    {"name": name, "holder": self.holder, "expires_at": now + ttl, "state": state},
-                )
-            await session.commit()
-        return bool(taken.rowcount)  # type: ignore[attr-defined]
+            return taken.first() is not None
 
     async def renew(self, name: str, ttl: timedelta, *, state: str | None = None) -> bool:
         """Extend `name` by `ttl` if it is still ours and has not expired; False: lost
         (lapsed, or taken by another holder), and a holder must stop."""
         now = self._now()
         state = None if state is None else state[:STATE_CHARS]
-        async with self._sessions() as session:
-            renewed = await session.execute(
+        async with writing_alone(self._sessions) as connection:
+            renewed = await connection.execute(
                 _RENEW,
                 {"lease": name, "me": self.holder, "now": now, "until": now + ttl, "said": state},
             )
-            await session.commit()
-        return bool(renewed.rowcount)  # type: ignore[attr-defined]
+            return bool(renewed.rowcount)
 
     def now(self) -> datetime:
         """The time leases are written with: a holder counts its lease's expiry by it."""
@@ -117,6 +129,5 @@ class Leases:
         return Held(name, self.holder)
 
     async def release(self, name: str) -> None:
-        async with self._sessions() as session:
-            await session.execute(_RELEASE, {"lease": name, "me": self.holder})
-            await session.commit()
+        async with writing_alone(self._sessions) as connection:
+            await connection.execute(_RELEASE, {"lease": name, "me": self.holder})
