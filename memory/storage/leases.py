@@ -5,8 +5,9 @@ the lease is what says whether someone is really on it. A holder renews its leas
 while it works; one that dies lets it lapse within `ttl`, and the next try takes over.
 
 Here are the rows only: claim, renew and release, each one statement, atomic by itself,
-that says whether the lease is ours (on a server database, one round trip each). Renewing on time, and telling the holder when the lease is
-lost, is the gateway's lease keeper (`gateway.replicas.lease_keeper`).
+that says whether the lease is ours (on a server database, one round trip each).
+Renewing on time, and telling the holder when the lease is lost, is the gateway's lease
+keeper (`gateway.replicas.lease_keeper`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ A connection lent for short reads (`reads_inline`: the hot paths' indexed lookup
 `memory.storage.engine.reading`) runs its SELECTs on the event loop's own thread: a
 read outside a transaction waits for no lock a writer holds (WAL), so it takes as long
 as the statement, where the trip would cost four times that. A web chat turn makes
-five such reads: this took its trips from 12 to 7 and its CPU down by 6-8%
+five such reads: this took its trips from 12 to 7 and its CPU down by 7-8%
 (bench/README.md). Writes, commits and anything inside a transaction keep the thread:
 they may wait for the write lock, and the event loop must not.
 """
