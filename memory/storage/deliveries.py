@@ -18,7 +18,7 @@ from sqlalchemy import Update, bindparam, delete, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
-from memory.storage.engine import reading, writer_queue
+from memory.storage.engine import reading, writer_queue, writing_alone
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import (
     ConversationKind,
@@ -165,9 +165,8 @@ class Deliveries:
 
     async def sending(self, message_id: int, part: int) -> None:
         """A send call for `part` is about to go out (cleared once its answer is in)."""
-        async with self._writes, self._sessions() as session:
-            await session.execute(_SENDING, {"message_id": message_id, "part": part})
-            await session.commit()
+        async with self._writes, writing_alone(self._sessions) as connection:
+            await connection.execute(_SENDING, {"message_id": message_id, "part": part})
 
     async def uncertain(self, message_id: int, part: int, *, skip: bool) -> None:
         """Count `part` as uncertain; with `skip`, treat it as sent and go on after it."""
@@ -191,9 +190,8 @@ class Deliveries:
         return int(total or 0)
 
     async def _update(self, message_id: int, **values: object) -> None:
-        async with self._writes, self._sessions() as session:
-            await session.execute(update(Message).where(Message.id == message_id).values(values))
-            await session.commit()
+        async with self._writes, writing_alone(self._sessions) as connection:
+            await connection.execute(update(Message).where(Message.id == message_id).values(values))
 
     async def part_sent(
         self,
@@ -272,9 +270,8 @@ class Deliveries:
         """Apply `change` to one reply and say where that reply is, in the same
         statement (RETURNING id, conversation_id, seq): announcing a delivery costs no
         read of its own."""
-        async with self._writes, self._sessions() as session:
-            row = (await session.execute(change, params)).one_or_none()
-            await session.commit()
+        async with self._writes, writing_alone(self._sessions) as connection:
+            row = (await connection.execute(change, params)).one_or_none()
         return None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
 
     async def receipt(
