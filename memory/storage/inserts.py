@@ -27,5 +27,11 @@ def skipping_insert(dialect: str, table: Any) -> Any:
     """`insert_or_skip` for `dialect`, built once: a statement is immutable, and one
     whose values are given to `execute` costs a hot path no construction and no
     cache key."""
+    return dialect_insert(dialect, table).on_conflict_do_nothing()
+
+
+def dialect_insert(dialect: str, table: Any) -> Any:
+    """An insert into `table` in `dialect`'s own form, the one with `on_conflict_do_…`
+    (an upsert's start)."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return insert(table).on_conflict_do_nothing()
+    return insert(table)

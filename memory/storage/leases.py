@@ -20,10 +20,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, delete, or_, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.engine import writing_alone
+from memory.storage.inserts import dialect_insert
 from memory.storage.tables import LEASES
 
 STATE_CHARS = 200  # Lease.state's width
@@ -44,8 +44,7 @@ _RENEW = _STILL_OURS.values(expires_at=bindparam("until"), state=bindparam("said
 def _take(dialect: str) -> Any:
     """Insert the lease, or take it over if it has expired or is ours already: one
     statement, so two claimers never both get it. A row back: it is ours."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    new = insert(LEASES).values(
+    new = dialect_insert(dialect, LEASES).values(
         name=bindparam("lease"),
         holder=bindparam("me"),
         expires_at=bindparam("until"),

@@ -15,10 +15,10 @@ from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.model_usage import Usage
+from memory.storage.inserts import dialect_insert
 from memory.storage.models import Conversation, ConversationKind, UsageDay, UsageKind, User
 from memory.storage.tables import USAGE_DAYS
 from memory.zones import zone
@@ -121,8 +121,7 @@ async def _add(session: AsyncSession, row: dict[str, object]) -> None:
 def _adding(dialect: str) -> Any:
     """The upsert `_add` runs, built once per dialect (every turn charges one): the
     row's values are given to `execute`, so a charge costs no statement building."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(USAGE_DAYS)
+    statement = dialect_insert(dialect, USAGE_DAYS)
     added = statement.excluded
     table = USAGE_DAYS.c
     return statement.on_conflict_do_update(
