@@ -1,5 +1,6 @@
 """SQLite's statements take one trip to aiosqlite's thread each, a session that only read
-ends without one and a short read takes none, while everything a DBAPI cursor reports
+ends without one, a short read takes none and neither does a short write transaction's
+statement once its first write holds the lock, while everything a DBAPI cursor reports
 stays right."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker
 
-from memory.storage.engine import create_engine, reading, session_factory
+from memory.storage.engine import create_engine, reading, session_factory, short_writes
 from memory.storage.sqlite_trips import reads_inline
 
 
@@ -161,3 +162,75 @@ async def test_no_read_runs_beside_a_statement_given_up_on_in_the_thread(
         assert (await conn.get_raw_connection()).dbapi_connection is not busy
         with reads_inline(conn):
             assert await conn.scalar(text("SELECT thread_id()")) == here
+
+
+async def test_a_short_write_transaction_goes_on_inline_once_it_holds_the_lock(
+    engine: AsyncEngine,
+) -> None:
+    await _on_each_connection(engine, "thread_id", threading.get_ident)
+    here = threading.get_ident()
+    sessions = session_factory(engine)
+    async with sessions() as session, short_writes(session):
+        trips = await _counting(await session.connection())
+        # Before any write the lock is not ours: a read outside reading() keeps its trip.
+        assert await session.scalar(text("SELECT thread_id()")) != here
+        await session.execute(text("INSERT INTO notes (body) VALUES ('first')"))  # the lock
+        assert trips() == 2
+        await session.execute(text("INSERT INTO notes (body) VALUES ('second')"))
+        await session.execute(text("UPDATE notes SET body = body || '!'"))
+        assert await session.scalar(text("SELECT count(*) FROM notes WHERE body LIKE '%!'")) == 2
+        assert await session.scalar(text("SELECT thread_id()")) == here
+        assert trips() == 2
+        await session.commit()  # may checkpoint: the thread
+        assert trips() == 3
+        # The next transaction starts over: its first write waits for the lock there.
+        await session.execute(text("INSERT INTO notes (body) VALUES ('undone')"))
+        assert trips() == 4
+        await session.execute(text("UPDATE notes SET body = body || '?'"))
+        assert trips() == 4
+        await session.rollback()
+        assert trips() == 5
+    async with reading(sessions) as conn:
+        bodies = (await conn.execute(text("SELECT body FROM notes ORDER BY id"))).scalars()
+        assert bodies.all() == ["first!", "second!"]
+
+
+async def test_after_a_failed_write_nothing_runs_inline(engine: AsyncEngine) -> None:
+    """A write that failed may or may not hold the lock: until the transaction ends,
+    every statement goes to the thread, where waiting for the lock harms no one."""
+    await _on_each_connection(engine, "thread_id", threading.get_ident)
+    here = threading.get_ident()
+    sessions = session_factory(engine)
+    async with sessions() as session:
+        await session.execute(text("INSERT INTO notes (body) VALUES ('taken')"))
+        await session.commit()
+    async with sessions() as session, short_writes(session):
+        with pytest.raises(IntegrityError):
+            await session.execute(text("INSERT INTO notes (body) VALUES ('taken')"))
+        assert await session.scalar(text("SELECT thread_id()")) != here
+        await session.rollback()
+    # Outside a short write transaction, a write's transaction keeps the thread.
+    async with sessions() as session:
+        await session.execute(text("INSERT INTO notes (body) VALUES ('more')"))
+        assert await session.scalar(text("SELECT thread_id()")) != here
+        await session.commit()
+
+
+async def test_another_writer_waits_for_an_inline_transaction_to_commit(
+    engine: AsyncEngine,
+) -> None:
+    """The inline statements are the transaction's own: another connection's write
+    waits for its commit and sees all of it."""
+    sessions = session_factory(engine)
+    async with sessions() as session, short_writes(session):
+        await session.execute(text("INSERT INTO notes (body) VALUES ('a')"))
+        await session.execute(text("INSERT INTO notes (body) VALUES ('b')"))
+        async with engine.connect() as other:
+            await other.execute(text("PRAGMA busy_timeout = 0"))
+            with pytest.raises(OperationalError, match="locked"):
+                await other.execute(text("INSERT INTO notes (body) VALUES ('c')"))
+            await other.rollback()
+            await session.commit()
+            await other.execute(text("INSERT INTO notes (body) VALUES ('c')"))
+            await other.commit()
+            assert await other.scalar(text("SELECT group_concat(body) FROM notes")) == "a,b,c"

@@ -18,7 +18,7 @@ from sqlalchemy import Update, bindparam, delete, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
-from memory.storage.engine import reading, writer_queue, writing_alone
+from memory.storage.engine import reading, short_writes, writer_queue, writing_alone
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import (
     ConversationKind,
@@ -207,7 +207,7 @@ class Deliveries:
         """The platform took `part`. With `last`, the reply is sent too, in the same
         transaction (what `sent` does): the reply it moved, or None as `sent` says.
         `preview`: the part was edited into that preview message, done with now."""
-        async with self._writes, self._sessions() as session:
+        async with self._writes, self._sessions() as session, short_writes(session):
             if preview is not None:
                 await session.execute(_PREVIEW_DONE, {"channel": channel, "preview": preview})
             if platform_id is not None:

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from memory.storage.files import create_private_file, private_dir, tighten
-from memory.storage.sqlite_trips import one_trip_dbapi, reads_inline
+from memory.storage.sqlite_trips import one_trip_dbapi, reads_inline, writes_inline
 
 # SQLite's companions of the database file: it creates them with the database's mode.
 _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -152,6 +152,19 @@ async def writing_alone(
         async with engine.connect() as connection:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
             yield connection
+
+
+@contextlib.asynccontextmanager
+async def short_writes(session: AsyncSession) -> AsyncIterator[None]:
+    """Around a transaction of a few indexed single-row statements (a message stored, a
+    part marked sent). On SQLite its statements after the first write run on the event
+    loop's thread: the lock they could wait for is theirs by then (`sqlite_trips`).
+    The first write and the commit keep their trips. Elsewhere it changes nothing."""
+    if session.get_bind().dialect.name != "sqlite":
+        yield
+        return
+    with writes_inline(await session.connection()):
+        yield
 
 
 def _engine(sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:

@@ -24,7 +24,7 @@ from memory.storage.attachments import (
     media_line,
     take_uploads,
 )
-from memory.storage.engine import reading, writer_queue
+from memory.storage.engine import reading, short_writes, writer_queue
 from memory.storage.inserts import skipping_insert
 from memory.storage.leases import Held, lock_held
 from memory.storage.models import (
@@ -171,7 +171,7 @@ class Messages:
         """
         # One transaction (seq, insert, redelivery): split, the seq could be reserved
         # by one statement and used by another's.
-        async with self._writers, self._sessions() as session:
+        async with self._writers, self._sessions() as session, short_writes(session):
             if held is not None:
                 await lock_held(session, held, now)
             stored = await store_message(

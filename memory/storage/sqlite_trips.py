@@ -15,6 +15,11 @@ as the statement, where the trip would cost four times that. A web chat turn mak
 five such reads: this took its trips from 12 to 7 and its CPU down by 7-8%
 (bench/README.md). Writes, commits and anything inside a transaction keep the thread:
 they may wait for the write lock, and the event loop must not.
+
+Once a transaction's first write is done, though, the lock is its own until the
+commit, and what follows waits for nobody: in a short write transaction (`writes_inline`:
+a message stored, a part marked sent) those statements run inline too. The first write
+and the commit, which may run a WAL checkpoint, keep their trips.
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.util import EMPTY_DICT
 from sqlalchemy.util.concurrency import await_
+
+# The statements that take the write lock (others, such as a CTE that writes, are
+# taken for reads: they keep the trip).
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
 # What one trip brings back: description, rowcount, lastrowid, every row, and whether
 # the connection is inside a transaction after it.
@@ -123,11 +132,7 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
         adapted = cast(OneTripConnection, self._adapt_connection)
         async with adapted._execute_mutex:
             try:
-                if (
-                    adapted.reads_inline
-                    and not adapted.in_transaction
-                    and operation.startswith("SELECT")
-                ):
+                if adapted.runs_inline(operation):
                     self._outcome = _one_trip(connection._conn, operation, parameters, many)
                 else:
                     self._outcome = await connection._execute(
@@ -135,13 +140,19 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
                     )
             except BaseException:
                 # A failed write may have begun a transaction (and taken the write
-                # lock): unknown, so the next commit or rollback goes to the thread.
+                # lock, or not): unknown, so the next commit or rollback goes to the
+                # thread, and so does every statement until then.
                 # (A trip given up on while its statement runs there: SQLAlchemy
                 # invalidates the connection and closing it waits for the statement,
-                # so no inline read ever runs beside one.)
+                # so no inline statement ever runs beside one.)
                 adapted.in_transaction = True
+                adapted.holds_write_lock = False
                 raise
+        # A write done holds the database's write lock until the transaction ends.
         adapted.in_transaction = self._outcome[4]
+        adapted.holds_write_lock = adapted.in_transaction and (
+            adapted.holds_write_lock or operation.startswith(_WRITES)
+        )
         self._rows = collections.deque(self._outcome[3])
 
 
@@ -150,13 +161,23 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
     sqlite3 begins one only before a write, so a session that only read (most of them)
     ends with nothing to end."""
 
-    __slots__ = ("in_transaction", "reads_inline")
+    __slots__ = ("holds_write_lock", "in_transaction", "reads_inline", "writes_inline")
     _cursor_cls: type[AsyncAdapt_aiosqlite_cursor] = OneTripCursor
 
     def __init__(self, dbapi: Any, connection: AsyncIODBAPIConnection) -> None:
         super().__init__(dbapi, connection)
         self.in_transaction = False
+        self.holds_write_lock = False
         self.reads_inline = False
+        self.writes_inline = False
+
+    def runs_inline(self, operation: str) -> bool:
+        """Whether `operation` runs on the calling thread: a short read outside a
+        transaction, or any statement of a short write transaction once its first
+        write holds the lock (what is left can wait for no other connection)."""
+        if self.writes_inline and self.holds_write_lock:
+            return True
+        return self.reads_inline and not self.in_transaction and operation.startswith("SELECT")
 
     def cursor(self, server_side: bool = False) -> Any:
         if server_side:
@@ -167,21 +188,21 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
     def rollback(self) -> None:
         if self.in_transaction:
             super().rollback()
-            self.in_transaction = False
+            self.in_transaction = self.holds_write_lock = False
 
     def commit(self) -> None:
+        # On the thread: a commit may run a WAL checkpoint, with its syncs.
         if self.in_transaction:
             super().commit()
-            self.in_transaction = False
+            self.in_transaction = self.holds_write_lock = False
 
 
 @contextlib.contextmanager
 def reads_inline(connection: AsyncConnection) -> Iterator[None]:
     """While open, `connection`'s statements outside a transaction run on the calling
     thread. For short reads only: a long one would hold up the whole event loop."""
-    sync = connection.sync_connection
-    adapted = None if sync is None else sync.connection.dbapi_connection
-    if not isinstance(adapted, OneTripConnection):
+    adapted = _one_trip_connection(connection)
+    if adapted is None:
         yield
         return
     adapted.reads_inline = True
@@ -189,6 +210,30 @@ def reads_inline(connection: AsyncConnection) -> Iterator[None]:
         yield
     finally:
         adapted.reads_inline = False
+
+
+@contextlib.contextmanager
+def writes_inline(connection: AsyncConnection) -> Iterator[None]:
+    """While open, the statements of `connection`'s transaction after its first write
+    run on the calling thread: the first write (which may wait for the lock) and the
+    commit (which may checkpoint) keep the trip. For transactions of a few indexed
+    single-row statements only (a message stored, a part marked sent): anything
+    longer would hold up the whole event loop."""
+    adapted = _one_trip_connection(connection)
+    if adapted is None:
+        yield
+        return
+    adapted.writes_inline = True
+    try:
+        yield
+    finally:
+        adapted.writes_inline = False
+
+
+def _one_trip_connection(connection: AsyncConnection) -> OneTripConnection | None:
+    sync = connection.sync_connection
+    adapted = None if sync is None else sync.connection.dbapi_connection
+    return adapted if isinstance(adapted, OneTripConnection) else None
 
 
 class OneTripDBAPI(AsyncAdapt_aiosqlite_dbapi):
