@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
-from sqlalchemy.exc import NoResultFound
 from sqlalchemy.orm import aliased
 
 from memory.archive.transcript import transcript_path, write_transcript
@@ -19,7 +18,7 @@ from memory.profile.profiles import Profiles
 from memory.profile.upkeep import ProfileJobs, ProfileLimits
 from memory.storage.erasure import DeletedCounts, ErasedCounts
 from memory.storage.identities import IdentityRef
-from memory.storage.messages import NewMessage
+from memory.storage.messages import ConversationGone, NewMessage
 from memory.storage.models import (
     Chunk,
     ChunkStatus,
@@ -234,9 +233,15 @@ async def test_deleting_a_conversation_counts_exactly_and_the_person_starts_afre
     assert not (world.archive_dir / str(conversation)).exists()
     assert await world.repos.erasure.delete_conversation(conversation, now=T0) is None
     # A turn that was running stores nothing more there.
-    with pytest.raises(NoResultFound):
+    with pytest.raises(ConversationGone):
         await world.repos.messages.add_message(
             conversation, NewMessage(Role.ASSISTANT, "telegram", "late"), now=T0
+        )
+    with pytest.raises(ConversationGone):  # nor anything that came in for it
+        await world.repos.messages.add_message(
+            conversation,
+            NewMessage(Role.USER, "telegram", "late too", platform_message_id="9001"),
+            now=T0,
         )
     # The person stays, with an empty conversation of their own.
     again = await world.repos.identities.resolve_identity(

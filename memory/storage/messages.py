@@ -25,7 +25,7 @@ from memory.storage.attachments import (
     take_uploads,
 )
 from memory.storage.engine import reading, short_writes, writer_queue
-from memory.storage.inserts import skipping_insert
+from memory.storage.inserts import dialect_insert, skipping_insert
 from memory.storage.leases import Held, lock_held
 from memory.storage.models import (
     Conversation,
@@ -191,8 +191,10 @@ class Messages:
         existing = None
         if new.platform_message_id is not None:
             existing = await self.by_platform_id(new.channel, new.platform_message_id)
-        if existing is None:  # only the platform id can clash, and only with a stored row
-            raise LookupError(f"message {new.channel}:{new.platform_message_id} vanished")
+        if existing is None:
+            # Only the platform id can clash, and only with a stored row: there is none,
+            # so the conversation went, rows and all (on PostgreSQL this is how it shows).
+            raise ConversationGone(conversation_id)
         return existing, False
 
     async def pass_over(
@@ -361,20 +363,35 @@ async def store_message(
     session: AsyncSession, conversation_id: uuid.UUID, new: NewMessage, tokens: int, now: datetime
 ) -> StoredMessage | None:
     """Store a message under the conversation's next seq, in `session`'s transaction;
-    None if its platform id is stored already (roll back: the seq was reserved)."""
+    None if its platform id is stored already (roll back: the seq was reserved).
+    `ConversationGone` if the conversation is (deleted while a turn ran)."""
     # The UPDATE takes the conversation's write lock first, so concurrent inserts into
     # one conversation get consecutive seqs without retries.
-    seq = (
-        await session.execute(
-            _next_seq(new.role is Role.USER, new.reply_to_seq is not None),
-            {"conversation": conversation_id, "answered": new.reply_to_seq, "at": now},
-        )
-    ).scalar_one()
-    row = await session.execute(
-        _insert(session.get_bind().dialect.name), _row(conversation_id, seq, new, tokens, now)
-    )
-    stored = row.one_or_none()
+    is_user, answers = new.role is Role.USER, new.reply_to_seq is not None
+    taking = {"conversation": conversation_id, "answered": new.reply_to_seq, "at": now}
+    values = _row(conversation_id, new, tokens, now)
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        taking_and_storing = _seq_and_insert(is_user, answers, tuple(values))
+        named = {f"new_{key}": value for key, value in values.items()}
+        row = await session.execute(taking_and_storing, {**taking, **named})
+        stored = row.one_or_none()
+        if stored is None and new.platform_message_id is None:
+            raise ConversationGone(conversation_id)  # nothing else could skip the insert
+    else:
+        seq = (await session.execute(_next_seq(is_user, answers), taking)).scalar_one_or_none()
+        if seq is None:
+            raise ConversationGone(conversation_id)
+        stored = (await session.execute(_insert(dialect), {**values, "seq": seq})).one_or_none()
     return None if stored is None else StoredMessage(*stored)
+
+
+class ConversationGone(LookupError):
+    """The conversation a message was for is no longer there (erased meanwhile)."""
+
+    def __init__(self, conversation_id: uuid.UUID) -> None:
+        super().__init__(f"conversation {conversation_id} is gone")
+        self.conversation_id = conversation_id
 
 
 # Every message is stored through the two statements below, built once on the tables
@@ -386,6 +403,30 @@ MESSAGE_ROW = tuple(MESSAGES.c[column.key] for column in MESSAGE_COLUMNS)
 def _insert(dialect: str) -> Any:
     """Insert a message unless its platform id is stored (`_row`'s values)."""
     return skipping_insert(dialect, MESSAGES).returning(*MESSAGE_ROW)
+
+
+@functools.cache
+def _seq_and_insert(is_user: bool, answers: bool, keys: tuple[str, ...]) -> Any:
+    """On PostgreSQL, `_next_seq` and `_insert` (of the columns `keys`) as one
+    statement: one round trip where they took two, in the same transaction (so a
+    skipped insert's rollback still gives the seq back). SQLite allows no UPDATE
+    inside WITH."""
+    taken = _next_seq(is_user, answers).cte("taken")
+    columns = [MESSAGES.c.seq, *(MESSAGES.c[key] for key in keys)]
+    # Named apart from the columns: an UPDATE takes a parameter named as one of its
+    # table's columns for a value to set.
+    values = select(
+        taken.c.last_seq,
+        *(bindparam(f"new_{column.key}", type_=column.type) for column in columns[1:]),
+    )
+    return (
+        dialect_insert("postgresql", MESSAGES)
+        # The columns left out have server defaults.
+        .from_select(columns, values, include_defaults=False)
+        .add_cte(taken)
+        .on_conflict_do_nothing()
+        .returning(*MESSAGE_ROW)
+    )
 
 
 @functools.cache
@@ -434,12 +475,10 @@ def _next_seq(is_user: bool, answers: bool) -> Update:
     )
 
 
-def _row(
-    conversation_id: uuid.UUID, seq: int, new: NewMessage, tokens: int, now: datetime
-) -> dict[str, Any]:
+def _row(conversation_id: uuid.UUID, new: NewMessage, tokens: int, now: datetime) -> dict[str, Any]:
+    """A new message's columns, all but its seq."""
     return {
         "conversation_id": conversation_id,
-        "seq": seq,
         "role": new.role,
         "channel": new.channel,
         "identity_id": new.identity_id,
