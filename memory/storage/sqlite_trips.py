@@ -19,7 +19,8 @@ they may wait for the write lock, and the event loop must not.
 Once a transaction's first write is done, though, the lock is its own until the
 commit, and what follows waits for nobody: in a short write transaction (`writes_inline`:
 a message stored, a part marked sent) those statements run inline too. The first write
-and the commit, which may run a WAL checkpoint, keep their trips.
+and the commit, which may run a WAL checkpoint, keep their trips. A web chat turn's
+trips went from 7 to 4 and a Telegram turn's from 14 to 9 (bench/README.md).
 """
 
 from __future__ import annotations
