@@ -364,7 +364,7 @@ async def store_message(
 ) -> StoredMessage | None:
     """Store a message under the conversation's next seq, in `session`'s transaction;
     None if its platform id is stored already (roll back: the seq was reserved).
-    `ConversationGone` if the conversation is (deleted while a turn ran)."""
+    `ConversationGone` if the conversation is gone (erased while a turn ran)."""
     # The UPDATE takes the conversation's write lock first, so concurrent inserts into
     # one conversation get consecutive seqs without retries.
     is_user, answers = new.role is Role.USER, new.reply_to_seq is not None
