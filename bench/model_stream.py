@@ -7,14 +7,17 @@ streams each reply in `pieces` server-sent events, as a real one streams its tok
 This process makes the calls, so the CPU measured here is the client's only:
 
 - baseline: `httpx.AsyncClient.post` with the same JSON body to the same server, the
-  whole response read as bytes: the floor of one HTTP call through httpx;
+  whole response read as bytes: the floor of one HTTP call through httpx (what the
+  gateway used before stop 44);
+- aiohttp: the same plain call through `aiohttp.ClientSession.post`, the floor of the
+  client the gateway uses now;
 - gateway: the OpenAI provider's `stream(prompt)`, every piece read, the usage included
   (what a turn does for each model call).
 
 The prompt is a turn's typical size: a 2 KB system prompt and 40 turns of 200
 characters. Segments alternate baseline, gateway for every piece count and round;
 the ratio of each round is gateway CPU over baseline CPU per call, and the report gives
-their median.
+their median (and the same for the plain aiohttp call).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import aiohttp
 import httpx
 import uvloop
 
@@ -127,10 +131,12 @@ async def _segments(base: str, calls: int, piece_counts: list[int], rounds: int)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(provider.aclose)
         client = await stack.enter_async_context(httpx.AsyncClient(timeout=30.0))
+        session = await stack.enter_async_context(aiohttp.ClientSession())
         for round_ in range(1, rounds + 1):
             for pieces in piece_counts:
                 calls_ = {
                     "baseline": _plain(client, provider, base, prompt(pieces)),
+                    "aiohttp": _plain_aiohttp(session, provider, base, prompt(pieces)),
                     "gateway": _streamed(provider, prompt(pieces)),
                 }
                 for what, call in calls_.items():
@@ -153,6 +159,19 @@ def _plain(
     return call
 
 
+def _plain_aiohttp(
+    session: aiohttp.ClientSession, provider: OpenAIProvider, base: str, prompt_: Prompt
+) -> Callable[[], Awaitable[None]]:
+    body, headers = provider.body(prompt_), provider.headers()
+
+    async def call() -> None:
+        async with session.post(f"{base}/chat/completions", json=body, headers=headers) as got:
+            got.raise_for_status()
+            await got.read()
+
+    return call
+
+
 def _streamed(provider: OpenAIProvider, prompt_: Prompt) -> Callable[[], Awaitable[None]]:
     async def call() -> None:
         async for _ in provider.stream(prompt_):
@@ -168,14 +187,14 @@ def _line(s: Segment) -> str:
     )
 
 
-def ratios(segments: list[Segment]) -> dict[int, float]:
-    """Per piece count, the median over rounds of gateway CPU / baseline CPU."""
+def ratios(segments: list[Segment], what: str = "gateway") -> dict[int, float]:
+    """Per piece count, the median over rounds of `what`'s CPU / baseline CPU."""
     by: dict[tuple[int, int], dict[str, float]] = {}
     for s in segments:
         by.setdefault((s.pieces, s.round), {})[s.what] = s.cpu_us_per_call
     per: dict[int, list[float]] = {}
     for (pieces, _), pair in by.items():
-        per.setdefault(pieces, []).append(pair["gateway"] / pair["baseline"])
+        per.setdefault(pieces, []).append(pair[what] / pair["baseline"])
     return {pieces: round(median(values), 2) for pieces, values in per.items()}
 
 
@@ -193,17 +212,21 @@ def main(argv: list[str] | None = None) -> None:
             return
         pieces = [int(p) for p in args.pieces.split(",")]
         segments = runner.run(run(args.calls, pieces, args.rounds))
-    ratio_cpu = ratios(segments)
+    ratio_cpu, aiohttp_cpu = ratios(segments), ratios(segments, "aiohttp")
     result = {
         "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()},
         "segments": [asdict(s) for s in segments],
         "ratio_cpu": ratio_cpu,
+        "aiohttp_ratio_cpu": aiohttp_cpu,
     }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         for count, ratio in ratio_cpu.items():
-            print(f"{count:4} pieces: the stream costs x{ratio} the plain call's CPU")
+            print(
+                f"{count:4} pieces: the stream costs x{ratio} the plain httpx call's CPU"
+                f" (a plain aiohttp call x{aiohttp_cpu[count]})"
+            )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ it uses, never the whole core.
 from __future__ import annotations
 
 from gateway.backoff import full_jitter, parse_retry_after, server_wait
+from gateway.calls_out import client_session, env_proxy
 from gateway.channels.connector_settings import (
     DiscordSettings,
     TelegramSettings,
@@ -147,7 +148,9 @@ __all__ = [
     "WebchatSettings",
     "WhatsAppSettings",
     "clean",
+    "client_session",
     "close_fences",
+    "env_proxy",
     "file_response",
     "finish_or_cancel",
     "full_jitter",

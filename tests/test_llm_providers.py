@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import SecretStr
 
+from gateway.calls_out import env_proxy
 from gateway.errors import LLMUnavailable
 from gateway.llm import ChatTurn, LLMProvider, Prompt, build_provider, complete
 from gateway.llm.anthropic import OPENING_TURN, anthropic_image_tokens, anthropic_messages
@@ -277,7 +278,7 @@ async def test_refused_connections_are_retried(fake: FakeLLM, kind: Kind) -> Non
             with pytest.raises(LLMUnavailable) as caught:
                 await complete(llm, PROMPT)
     assert caught.value.attempts == 2
-    assert "ConnectError" in caught.value.reason
+    assert "could not connect" in caught.value.reason
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
@@ -394,3 +395,28 @@ async def test_offline_provider_is_honest_and_offline(monkeypatch: pytest.Monkey
     assert "PARLEY_LLM_MODEL" in reply
     assert "how are you" not in reply  # it never pretends to have read the message
     assert await complete(llm, PROMPT) == reply
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_calls_go_through_the_proxy_the_environment_names(
+    fake: FakeLLM, kind: Kind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The model's host does not resolve: only the proxy (the fake, which takes the
+    # absolute-form request as its own) can have answered.
+    monkeypatch.setenv("HTTP_PROXY", fake.base_url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    base = "http://model.invalid/v1" if kind == "openai" else "http://model.invalid"
+    fake.script(Reply("through the proxy"))
+    async with provider(kind, fake, base_url=base, max_retries=0) as llm:
+        assert await complete(llm, PROMPT) == "through the proxy"
+    assert len(fake.requests) == 1
+
+
+def test_no_proxy_exempts_a_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "models.internal")
+    assert env_proxy("https://api.example.com/v1") == "http://proxy.example:3128"
+    assert env_proxy("https://models.internal/v1") is None
+    assert env_proxy("http://api.example.com/v1") is None  # no HTTP_PROXY set
+    assert env_proxy("http://[::1") is None  # not a URL: no proxy, the call says why

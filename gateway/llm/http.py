@@ -15,10 +15,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-import httpx
+import aiohttp
 import orjson
 
 from gateway.backoff import full_jitter, parse_retry_after
+from gateway.calls_out import client_session
 from gateway.errors import LLMUnavailable
 from gateway.llm.base import MAX_NAME_CHARS, Piece, Prompt, ToolCall, Usage, UsageSink
 
@@ -32,9 +33,9 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 REASON_DETAIL_CHARS = 200
 _ERROR_BODY_BYTES = 8192
 
-# Worth another try: the server may be back. Other transport errors (a bad URL scheme,
-# a local protocol bug) would fail the same way again.
-_TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+# Worth another try: the server may be back (time-outs are `TimeoutError`s too). Other
+# client errors (a bad URL, a local protocol bug) would fail the same way again.
+_TRANSIENT_ERRORS = (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
 class StreamFailed(Exception):
@@ -160,13 +161,32 @@ class RetryPolicy:
         return full_jitter(attempt + 1, self.base_seconds, MAX_WAIT_SECONDS)
 
 
-def new_client(timeout_seconds: float) -> httpx.AsyncClient:
-    timeout = httpx.Timeout(timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS)
-    return httpx.AsyncClient(timeout=timeout)
+class ModelClient:
+    """The HTTP client of one provider (`gateway.calls_out`). Its session needs a
+    running event loop, so it is opened on first use."""
+
+    def __init__(self, url: str, timeout_seconds: float) -> None:
+        self._url = url
+        # `sock_read` bounds each wait for the next bytes, as a read timeout does; a
+        # reply may stream for longer than that in all.
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=timeout_seconds
+        )
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = client_session(self._url, self._timeout)
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
 
 async def stream_text(
-    client: httpx.AsyncClient,
+    client: ModelClient,
     request: StreamRequest,
     decoder: Callable[[], EventDecoder],
     policy: RetryPolicy,
@@ -200,20 +220,20 @@ async def stream_text(
 
 
 async def _attempt(
-    client: httpx.AsyncClient, request: StreamRequest, decoder: EventDecoder
+    client: ModelClient, request: StreamRequest, decoder: EventDecoder
 ) -> AsyncGenerator[Piece, None]:
     headers = {**request.headers, "Content-Type": "application/json"}
     try:
-        async with client.stream(
-            "POST", request.url, headers=headers, content=_json_body(request.body)
+        async with client.session.post(
+            request.url, headers=headers, data=_json_body(request.body)
         ) as response:
-            if not response.is_success:
+            if not response.ok:
                 raise await _status_failure(request.provider, response)
             async for piece in _decode(response, decoder):
                 yield piece
     except _TRANSIENT_ERRORS as exc:
         raise _transport_failure(request.provider, exc, retryable=True) from exc
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         raise _transport_failure(request.provider, exc, retryable=False) from exc
 
 
@@ -228,9 +248,9 @@ def _mapping_as_dict(value: object) -> dict[str, Any]:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-async def _decode(response: httpx.Response, decoder: EventDecoder) -> AsyncIterator[Piece]:
+async def _decode(response: aiohttp.ClientResponse, decoder: EventDecoder) -> AsyncIterator[Piece]:
     reader = SSEReader()
-    lines = sse_lines(response.aiter_bytes())
+    lines = sse_lines(response.content.iter_any())
     async for text in _reply_text(lines, reader, decoder):
         yield text
     # The reply is whole, so every call's arguments are all read.
@@ -260,7 +280,7 @@ async def _read_tail(lines: AsyncIterator[str], reader: SSEReader, decoder: Even
     then the rest of the body, so the connection serves the next call. One closed before
     its end is dropped, and every turn would pay for a new connection (with a real model,
     a TLS handshake)."""
-    with contextlib.suppress(TimeoutError, httpx.HTTPError, StreamFailed):
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError, StreamFailed):
         async with asyncio.timeout(TAIL_SECONDS) as deadline:
             if decoder.finished:
                 deadline.reschedule(asyncio.get_running_loop().time() + DRAIN_SECONDS)
@@ -278,8 +298,8 @@ async def sse_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
     """The lines of an event stream, without their endings (CR, LF or CRLF).
 
     A reply streams a few hundred events, each often a network read of its own: split
-    on the bytes as they come, rather than through httpx's text and line decoders (two
-    more generators a read). A line is whole before it is decoded, so no character is
+    on the bytes as they come, rather than through a text decoder and a line reader
+    (two more steps a read). A line is whole before it is decoded, so no character is
     split: the stream is UTF-8 (https://html.spec.whatwg.org/#sse).
     """
     pending = b""
@@ -343,8 +363,8 @@ def error_message(payload: object) -> str | None:
     return None
 
 
-async def _status_failure(provider: str, response: httpx.Response) -> StreamFailed:
-    status = response.status_code
+async def _status_failure(provider: str, response: aiohttp.ClientResponse) -> StreamFailed:
+    status = response.status
     return StreamFailed(
         f"{provider} answered HTTP {status}",
         detail=_body_message(await _read_some(response)),
@@ -353,10 +373,10 @@ async def _status_failure(provider: str, response: httpx.Response) -> StreamFail
     )
 
 
-async def _read_some(response: httpx.Response) -> bytes:
+async def _read_some(response: aiohttp.ClientResponse) -> bytes:
     # An error page can be huge; the first few KiB hold the message.
     body = b""
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.content.iter_any():
         body += chunk
         if len(body) >= _ERROR_BODY_BYTES:
             break
@@ -372,8 +392,13 @@ def _body_message(body: bytes) -> str:
     return message if message is not None else text
 
 
-def _transport_failure(provider: str, exc: httpx.HTTPError, *, retryable: bool) -> StreamFailed:
-    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "request failed"
+def _transport_failure(provider: str, exc: Exception, *, retryable: bool) -> StreamFailed:
+    if isinstance(exc, TimeoutError):
+        kind = "timed out"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        kind = "could not connect"
+    else:
+        kind = "request failed"
     return StreamFailed(
         f"{provider} {kind} ({type(exc).__name__})", detail=str(exc), retryable=retryable
     )
@@ -417,7 +442,7 @@ class HTTPProvider:
         self._api_key = api_key
         self.model = model
         self._policy = RetryPolicy(max_retries, retry_base_seconds)
-        self._client = new_client(timeout)
+        self._client = ModelClient(self._url, timeout)
 
     def stream(self, prompt: Prompt) -> AsyncIterator[Piece]:
         request = StreamRequest(

@@ -15,11 +15,11 @@ import httpx
 from gateway.backoff import parse_retry_after
 from gateway.errors import LLMUnavailable
 from gateway.llm.http import (
+    CONNECT_TIMEOUT_SECONDS,
     RETRYABLE_STATUSES,
     RetryPolicy,
     StreamFailed,
     error_message,
-    new_client,
 )
 
 # What a transcript is cut to: a voice note of many minutes still fits a prompt.
@@ -42,7 +42,10 @@ class Transcriber:
         self._api_key = api_key
         self._model = model
         self._policy = RetryPolicy(max_retries, retry_base_seconds)
-        self._client = new_client(timeout)
+        # A voice note is one upload, now and then: httpx's multipart is enough here.
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_SECONDS)
+        )
 
     async def transcribe(self, data: bytes, mime: str, file_name: str) -> str:
         """The words said; `LLMUnavailable` once retrying cannot help."""
