@@ -23,6 +23,7 @@ from telegram import Bot, LinkPreviewOptions, ReplyParameters, Update, WebhookIn
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, ChatMigrated, InvalidToken, TelegramError
 
+from connectors.telegram.bot_request import AiohttpRequest
 from connectors.telegram.errors import delivery_error, file_error
 from connectors.telegram.formatting import to_entities
 from connectors.telegram.normalize import (
@@ -102,6 +103,9 @@ def create(settings: TelegramSettings) -> "TelegramConnector":
         settings.token.get_secret_value(),
         base_url=f"{api}/bot",
         base_file_url=f"{api}/file/bot",
+        request=AiohttpRequest(api),
+        # One long poll at a time (Telegram allows no more), as PTB's own default.
+        get_updates_request=AiohttpRequest(api, connections=1),
     )
     return TelegramConnector(settings, bot)
 

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -158,7 +158,12 @@ class FakeGraph:
             or request.path_params["version"] != VERSION
         ):
             return _graph_error(400, 100, "Unsupported post request")
-        body = await request.json()
+        try:
+            body = await request.json()
+        except ClientDisconnect:
+            # The gateway hung up before this was read (a typing indicator stopped as
+            # its reply went out): nobody to answer, nothing taken.
+            return JSONResponse({}, status_code=499)
         try:
             return await self._handle(body)
         finally:

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -166,7 +166,12 @@ class FakeTelegram:
         if request.path_params["token"] != self.token:
             return _error(401, "Unauthorized")
         method = request.path_params["method"]
-        params = await _params(request)
+        try:
+            params = await _params(request)
+        except ClientDisconnect:
+            # The gateway hung up before this was read (a typing indicator stopped as
+            # its reply went out): nobody to answer, nothing taken.
+            return JSONResponse({}, status_code=499)
         call = Call(method, params)
         async with self._changed:
             self.calls.append(call)
