@@ -53,6 +53,7 @@ from gateway.sdk import (
     Singletons,
     Undeliverable,
     Watermarks,
+    client_session,
     close_fences,
     full_jitter,
     read_at_most,
@@ -448,5 +449,6 @@ async def download(url: str, limit: int) -> bytes:
     `limit`."""
     if not url.startswith(("https://", "http://")):
         raise FileUnavailable("Discord gave no URL for the attachment", transient=False)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0)) as http:
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=30.0)
+    async with client_session(url, timeout) as http:
         return await read_at_most(http, url, limit, where="Discord's CDN")

@@ -1,4 +1,4 @@
-"""WhatsApp Cloud API: a signed webhook in, the Graph API out (httpx)."""
+"""WhatsApp Cloud API: a signed webhook in, the Graph API out (aiohttp)."""
 
 from connectors.whatsapp.connector import WhatsAppConnector, create
 

@@ -1,11 +1,13 @@
-"""Sending through the Graph API (`POST {api}/{phone_number_id}/messages`) with httpx,
-and what its errors mean for delivery."""
+"""Sending through the Graph API (`POST {api}/{phone_number_id}/messages`) with aiohttp
+(every reply and read receipt goes this way: bench/README.md, stop 44, says why not
+httpx), and what its errors mean for delivery."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import aiohttp
+import orjson
 
 from gateway.sdk import (
     DeliveryError,
@@ -13,6 +15,7 @@ from gateway.sdk import (
     LinkGone,
     MediaRefused,
     Undeliverable,
+    client_session,
     parse_retry_after,
     read_at_most,
 )
@@ -39,33 +42,31 @@ class GraphClient:
         self._api = api_url.rstrip("/")
         self._url = f"{self._api}/{phone_number_id}/messages"
         self._token = token
-        self._http: httpx.AsyncClient | None = None
+        self._http: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(20.0, connect=5.0),
+        self._http = client_session(
+            self._api,
+            aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=20.0),
             headers={"Authorization": f"Bearer {self._token}"},
         )
 
     async def close(self) -> None:
         if self._http is not None:
-            await self._http.aclose()
+            await self._http.close()
 
     async def post(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST a message body; the decoded answer, or a `DeliveryError` saying why not."""
         if self._http is None:
             raise DeliveryError("the WhatsApp connector is not started")
         try:
-            response = await self._http.post(self._url, json=body)
-        except httpx.HTTPError as exc:
+            async with self._http.post(
+                self._url, data=orjson.dumps(body), headers=_JSON
+            ) as response:
+                answer = _decoded(await response.read())
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise DeliveryError(f"WhatsApp unreachable ({type(exc).__name__})") from None
-        try:
-            answer = response.json()
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            answer = {}
-        if response.is_success:
+        if response.ok:
             return answer
         raise _error(response, answer)
 
@@ -86,14 +87,14 @@ class GraphClient:
     async def _media_url(self, media_id: str, limit: int) -> str:
         assert self._http is not None
         try:
-            response = await self._http.get(f"{self._api}/{media_id}")
-            answer = response.json() if response.content else {}
-        except (httpx.HTTPError, ValueError) as exc:
+            async with self._http.get(f"{self._api}/{media_id}") as response:
+                answer = _decoded(await response.read())
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise FileUnavailable(
                 f"WhatsApp unreachable ({type(exc).__name__})", transient=True
             ) from None
-        if not response.is_success or not isinstance(answer, dict):
-            error = _error(response, answer if isinstance(answer, dict) else {})
+        if not response.ok:
+            error = _error(response, answer)
             transient = not isinstance(error, Undeliverable)
             raise FileUnavailable(f"WhatsApp gave no media URL: {error}", transient=transient)
         size = answer.get("file_size")
@@ -105,20 +106,35 @@ class GraphClient:
         return url
 
 
-def _error(response: httpx.Response, answer: dict[str, Any]) -> DeliveryError:
+_JSON = {"Content-Type": "application/json"}
+
+
+def _decoded(content: bytes) -> dict[str, Any]:
+    """The answer's JSON object ({} for anything else: an error page, nothing)."""
+    try:
+        answer = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def _error(response: aiohttp.ClientResponse, answer: dict[str, Any]) -> DeliveryError:
     error = answer.get("error")
     error = error if isinstance(error, dict) else {}
     code = error.get("code")
     data = error.get("error_data")
     details = data.get("details") if isinstance(data, dict) else None
-    reason = f"WhatsApp error {code} ({response.status_code}): {details or error.get('message') or response.reason_phrase}"
+    status = response.status
+    reason = (
+        f"WhatsApp error {code} ({status}): {details or error.get('message') or response.reason}"
+    )
     retry_after = parse_retry_after(response.headers.get("retry-after"))
     if code == WINDOW_CLOSED:
         return WindowClosed(f"{WINDOW_REASON} [{reason}]")
-    if code in _RATE_LIMITED or response.status_code == 429:
+    if code in _RATE_LIMITED or status == 429:
         if retry_after is None and code == 131056:
             retry_after = PAIR_RATE_SECONDS
         return DeliveryError(reason, retry_after=retry_after)
-    if code in _TEMPORARY or response.status_code >= 500:
+    if code in _TEMPORARY or status >= 500:
         return DeliveryError(reason, retry_after=retry_after)
     return Undeliverable(reason)
