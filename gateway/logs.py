@@ -37,6 +37,8 @@ _CAPPED = {
     # Request URLs (the Bot API's contain the bot token); raw requests at debug.
     "httpx": logging.WARNING,
     "httpcore": logging.WARNING,
+    # Debug: connection errors as they are, which may quote a request's URL.
+    "aiohttp": logging.INFO,
     # Debug: every Bot API call with its parameters (message text, setWebhook's secret)
     # and the base URL with the token.
     "telegram": logging.INFO,
