@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     with method, path (no query; the token of an `/export` link shown as `[redacted]`), status,
     ms and `request_id` (a client's `X-Request-ID`, else a new one, sent back in the answer);
     never message text, at any level: libraries that would write secrets or what people said at
-    `debug` (httpx, python-telegram-bot, discord.py, aiosqlite, asyncpg, SQLAlchemy, websockets,
+    `debug` (httpx, aiohttp, python-telegram-bot, discord.py, aiosqlite, asyncpg, SQLAlchemy, websockets,
     uvicorn's socket frames) are held at `info` or `warning` whatever this says."""
     log_format: LogFormat = LogFormat.AUTO
     """`console` (readable lines, the access line's fields as `key=value`), `json` (one object a
