@@ -15,7 +15,6 @@ import structlog
 
 from gateway.envelopes import ChatRef
 from gateway.errors import DeliveryError
-from gateway.tasks import alongside
 
 log = structlog.get_logger(__name__)
 
@@ -38,18 +37,48 @@ class ShowsTyping(Protocol):
     async def typing(self, chat: ChatRef) -> None: ...
 
 
+# How long the end of a turn waits for an indicator already on its way. Cancelled
+# mid-request, the call drops its connection (the next call opens one, a TLS handshake
+# on a real network); and one that reaches the platform after the reply shows
+# "typing…" under the answer for seconds. One round trip is the usual wait.
+ARRIVING_SECONDS = 1.0
+
+
 @contextlib.asynccontextmanager
-async def typing_while(sender: ShowsTyping, chat: ChatRef, interval: float) -> AsyncIterator[None]:
+async def typing_while(
+    sender: ShowsTyping, chat: ChatRef, interval: float, *, arriving: float = ARRIVING_SECONDS
+) -> AsyncIterator[None]:
     """Repeat `sender`'s indicator every `interval` s (a little under how long the
-    platform shows one) until the block ends."""
-    async with alongside(_keep_typing(sender, chat, interval), f"typing:{chat.channel}"):
+    platform shows one) until the block ends; an indicator on its way then is waited
+    for, up to `arriving` s, so that it lands before the reply."""
+    typing = _Typing(sender, chat, interval)
+    task = asyncio.create_task(typing.run(), name=f"typing:{chat.channel}")
+    try:
         yield
-
-
-async def _keep_typing(sender: ShowsTyping, chat: ChatRef, interval: float) -> None:
-    while True:
+    finally:
         try:
-            await sender.typing(chat)
-        except DeliveryError as exc:
-            log.debug("typing indicator failed", channel=chat.channel, error=exc.reason)
-        await asyncio.sleep(interval)
+            if typing.calling:
+                await asyncio.wait({task}, timeout=arriving)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class _Typing:
+    def __init__(self, sender: ShowsTyping, chat: ChatRef, interval: float) -> None:
+        self._sender = sender
+        self._chat = chat
+        self._interval = interval
+        self.calling = False
+
+    async def run(self) -> None:
+        while True:
+            self.calling = True
+            try:
+                await self._sender.typing(self._chat)
+            except DeliveryError as exc:
+                log.debug("typing indicator failed", channel=self._chat.channel, error=exc.reason)
+            finally:
+                self.calling = False
+            await asyncio.sleep(self._interval)
