@@ -16,7 +16,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker
 
-from memory.storage.engine import create_engine, reading, session_factory, short_writes
+from memory.storage.engine import create_engine, reading, session_factory, short_transaction
 from memory.storage.sqlite_trips import reads_inline
 
 
@@ -170,8 +170,8 @@ async def test_a_short_write_transaction_goes_on_inline_once_it_holds_the_lock(
     await _on_each_connection(engine, "thread_id", threading.get_ident)
     here = threading.get_ident()
     sessions = session_factory(engine)
-    async with sessions() as session, short_writes(session):
-        trips = await _counting(await session.connection())
+    async with short_transaction(sessions) as session:
+        trips = await _counting(session)
         # Before any write the lock is not ours: a read outside reading() keeps its trip.
         assert await session.scalar(text("SELECT thread_id()")) != here
         await session.execute(text("INSERT INTO notes (body) VALUES ('first')"))  # the lock
@@ -204,7 +204,7 @@ async def test_after_a_failed_write_nothing_runs_inline(engine: AsyncEngine) -> 
     async with sessions() as session:
         await session.execute(text("INSERT INTO notes (body) VALUES ('taken')"))
         await session.commit()
-    async with sessions() as session, short_writes(session):
+    async with short_transaction(sessions) as session:
         with pytest.raises(IntegrityError):
             await session.execute(text("INSERT INTO notes (body) VALUES ('taken')"))
         assert await session.scalar(text("SELECT thread_id()")) != here
@@ -222,7 +222,7 @@ async def test_another_writer_waits_for_an_inline_transaction_to_commit(
     """The inline statements are the transaction's own: another connection's write
     waits for its commit and sees all of it."""
     sessions = session_factory(engine)
-    async with sessions() as session, short_writes(session):
+    async with short_transaction(sessions) as session:
         await session.execute(text("INSERT INTO notes (body) VALUES ('a')"))
         await session.execute(text("INSERT INTO notes (body) VALUES ('b')"))
         async with engine.connect() as other:

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
 from memory.escaping import escape_typed, header_value
+from memory.storage.engine import Executes
 from memory.storage.models import (
     Attachment,
     AttachmentKind,
@@ -202,29 +203,30 @@ def fetching(media: str | None) -> bool:
 
 
 async def add_platform_files(
-    session: AsyncSession, message_id: int, files: Sequence[PlatformFile], now: datetime
+    session: Executes, message_id: int, files: Sequence[PlatformFile], now: datetime
 ) -> str:
     """The files a platform holds for a message, kept as fetching in `session`'s
     transaction; the message's files line for them."""
     rows = [
-        Attachment(
-            message_id=message_id,
-            kind=file.kind,
-            state=AttachmentState.FETCHING,
-            mime=file.mime[:100],
-            size=0,
-            sha256="",
-            file_name=file.file_name[:255],
-            duration=file.duration,
-            source_ref=file.source_ref[:512],
-            data=b"",
-            created_at=now,
-        )
+        {
+            "message_id": message_id,
+            "kind": file.kind,
+            "state": AttachmentState.FETCHING,
+            "mime": file.mime[:100],
+            "size": 0,
+            "sha256": "",
+            "file_name": file.file_name[:255],
+            "duration": file.duration,
+            "source_ref": file.source_ref[:512],
+            "data": b"",
+            "created_at": now,
+        }
         for file in files
     ]
-    session.add_all(rows)
-    await session.flush()
-    return "\n".join(media_line(_view(row)) for row in rows)
+    added = await session.execute(
+        insert(Attachment).returning(*_VIEW_COLUMNS, sort_by_parameter_order=True), rows
+    )
+    return "\n".join(media_line(AttachmentView(**row._asdict())) for row in added)
 
 
 async def _retell(session: AsyncSession, message_id: int) -> None:
@@ -249,7 +251,7 @@ async def _retell(session: AsyncSession, message_id: int) -> None:
 
 
 async def take_uploads(
-    session: AsyncSession, identity_id: uuid.UUID | None, message_id: int, ids: Sequence[int]
+    session: Executes, identity_id: uuid.UUID | None, message_id: int, ids: Sequence[int]
 ) -> list[AttachmentView]:
     """Make the uploads `ids` the message's, in `session`'s transaction, in the order
     given; `UploadNotFound` (roll back) unless every one is an unattached upload of

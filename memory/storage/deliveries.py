@@ -18,7 +18,7 @@ from sqlalchemy import Update, bindparam, delete, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
-from memory.storage.engine import reading, short_writes, writer_queue, writing_alone
+from memory.storage.engine import reading, short_transaction, writer_queue, writing_alone
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import (
     ConversationKind,
@@ -207,13 +207,13 @@ class Deliveries:
         """The platform took `part`. With `last`, the reply is sent too, in the same
         transaction (what `sent` does): the reply it moved, or None as `sent` says.
         `preview`: the part was edited into that preview message, done with now."""
-        async with self._writes, self._sessions() as session, short_writes(session):
+        async with self._writes, short_transaction(self._sessions) as connection:
             if preview is not None:
-                await session.execute(_PREVIEW_DONE, {"channel": channel, "preview": preview})
+                await connection.execute(_PREVIEW_DONE, {"channel": channel, "preview": preview})
             if platform_id is not None:
                 # A part recorded before (a resend after a crash) is counted only.
-                await session.execute(
-                    skipping_insert(session.get_bind().dialect.name, SENT_PARTS),
+                await connection.execute(
+                    skipping_insert(connection.dialect.name, SENT_PARTS),
                     {
                         "message_id": message_id,
                         "part": part,
@@ -223,12 +223,12 @@ class Deliveries:
                         "updated_at": now,
                     },
                 )
-            await session.execute(_PART_DONE, {"message_id": message_id, "parts_sent": part + 1})
+            await connection.execute(_PART_DONE, {"message_id": message_id, "parts_sent": part + 1})
             moved = None
             if last:
-                row = (await session.execute(_SENT, {"message_id": message_id})).one_or_none()
+                row = (await connection.execute(_SENT, {"message_id": message_id})).one_or_none()
                 moved = None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
-            await session.commit()
+            await connection.commit()
         return moved
 
     async def sent(self, message_id: int) -> DeliveryMoved | None:

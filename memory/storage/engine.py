@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
@@ -24,6 +24,10 @@ from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from memory.storage.files import create_private_file, private_dir, tighten
 from memory.storage.sqlite_trips import one_trip_dbapi, reads_inline, writes_inline
+
+# What a write inside a caller's transaction takes: an ORM session, or a connection
+# (`short_transaction`).
+Executes: TypeAlias = AsyncSession | AsyncConnection
 
 # SQLite's companions of the database file: it creates them with the database's mode.
 _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -155,16 +159,29 @@ async def writing_alone(
 
 
 @contextlib.asynccontextmanager
-async def short_writes(session: AsyncSession) -> AsyncIterator[None]:
-    """Around a transaction of a few indexed single-row statements (a message stored, a
-    part marked sent). On SQLite its statements after the first write run on the event
-    loop's thread: the lock they could wait for is theirs by then (`sqlite_trips`).
-    The first write and the commit keep their trips. Elsewhere it changes nothing."""
-    if session.get_bind().dialect.name != "sqlite":
-        yield
-        return
-    with writes_inline(await session.connection()):
-        yield
+async def short_transaction(
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[AsyncConnection]:
+    """A connection for a transaction of a few indexed single-row statements (a message
+    stored, a part marked sent), committed by the caller and rolled back if it is not.
+    No ORM session around it: opening, committing and closing one cost about 20% of
+    such a transaction (bench/README.md). On SQLite its statements after the first
+    write run on the event loop's thread: the lock they could wait for is theirs by
+    then (`sqlite_trips`); the first write and the commit keep their trips."""
+    engine = _engine(sessions)
+    async with engine.connect() as connection:
+        if engine.dialect.name == "sqlite":
+            with writes_inline(connection):
+                yield connection
+        else:
+            yield connection
+
+
+def dialect_of(executes: Executes) -> str:
+    """The database `executes` talks to: "sqlite" or "postgresql"."""
+    if isinstance(executes, AsyncConnection):
+        return executes.dialect.name
+    return executes.get_bind().dialect.name
 
 
 def _engine(sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, or_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.engine import writing_alone
+from memory.storage.engine import Executes, writing_alone
 from memory.storage.inserts import dialect_insert
 from memory.storage.tables import LEASES
 
@@ -76,7 +76,7 @@ class Held:
     holder: str
 
 
-async def lock_held(session: AsyncSession, held: Held, now: datetime) -> None:
+async def lock_held(session: Executes, held: Held, now: datetime) -> None:
     """Raise `LeaseLost` unless `held` is still ours; if it is, lock it until commit, so
     nobody can take it over (once expired) before this transaction is done."""
     locked = await session.execute(_LOCK, {"lease": held.name, "me": held.holder, "now": now})

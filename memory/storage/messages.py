@@ -24,7 +24,13 @@ from memory.storage.attachments import (
     media_line,
     take_uploads,
 )
-from memory.storage.engine import reading, short_writes, writer_queue
+from memory.storage.engine import (
+    Executes,
+    dialect_of,
+    reading,
+    short_transaction,
+    writer_queue,
+)
 from memory.storage.inserts import dialect_insert, skipping_insert
 from memory.storage.leases import Held, lock_held
 from memory.storage.models import (
@@ -171,23 +177,23 @@ class Messages:
         """
         # One transaction (seq, insert, redelivery): split, the seq could be reserved
         # by one statement and used by another's.
-        async with self._writers, self._sessions() as session, short_writes(session):
+        async with self._writers, short_transaction(self._sessions) as connection:
             if held is not None:
-                await lock_held(session, held, now)
+                await lock_held(connection, held, now)
             stored = await store_message(
-                session, conversation_id, new, self._count_tokens(new.text), now
+                connection, conversation_id, new, self._count_tokens(new.text), now
             )
             if stored is not None:
                 if new.attachment_ids:
                     # `UploadNotFound` leaves the transaction uncommitted: nothing stored.
-                    stored = await _with_uploads(session, stored, new)
+                    stored = await _with_uploads(connection, stored, new)
                 if new.platform_files:
-                    stored = await _with_platform_files(session, stored, new, now)
+                    stored = await _with_platform_files(connection, stored, new, now)
                 if new.usage and new.payer is not None:
-                    await charge(session, new.payer, UsageKind.TURN, new.usage, now)
-                await session.commit()
+                    await charge(connection, new.payer, UsageKind.TURN, new.usage, now)
+                await connection.commit()
                 return stored, True
-            await session.rollback()
+            await connection.rollback()
         existing = None
         if new.platform_message_id is not None:
             existing = await self.by_platform_id(new.channel, new.platform_message_id)
@@ -360,7 +366,7 @@ def _pending(row: Any) -> PendingReply:
 
 
 async def store_message(
-    session: AsyncSession, conversation_id: uuid.UUID, new: NewMessage, tokens: int, now: datetime
+    session: Executes, conversation_id: uuid.UUID, new: NewMessage, tokens: int, now: datetime
 ) -> StoredMessage | None:
     """Store a message under the conversation's next seq, in `session`'s transaction;
     None if its platform id is stored already (roll back: the seq was reserved).
@@ -370,7 +376,7 @@ async def store_message(
     is_user, answers = new.role is Role.USER, new.reply_to_seq is not None
     taking = {"conversation": conversation_id, "answered": new.reply_to_seq, "at": now}
     values = _row(conversation_id, new, tokens, now)
-    dialect = session.get_bind().dialect.name
+    dialect = dialect_of(session)
     if dialect == "postgresql":
         taking_and_storing = _seq_and_insert(is_user, answers, tuple(values))
         named = {f"new_{key}": value for key, value in values.items()}
@@ -510,7 +516,7 @@ def _usage_columns(usage: tuple[Usage, ...]) -> dict[str, int | None]:
 
 
 async def _with_platform_files(
-    session: AsyncSession, stored: StoredMessage, new: NewMessage, now: datetime
+    session: Executes, stored: StoredMessage, new: NewMessage, now: datetime
 ) -> StoredMessage:
     """The message with the files a platform holds for it, told in its `media` as
     still being fetched."""
@@ -520,9 +526,7 @@ async def _with_platform_files(
     return replace(stored, media=media)
 
 
-async def _with_uploads(
-    session: AsyncSession, stored: StoredMessage, new: NewMessage
-) -> StoredMessage:
+async def _with_uploads(session: Executes, stored: StoredMessage, new: NewMessage) -> StoredMessage:
     """The message with the files its sender uploaded for it, told in its `media`."""
     taken = await take_uploads(session, new.identity_id, stored.id, new.attachment_ids)
     media = "\n".join(media_line(view) for view in taken)

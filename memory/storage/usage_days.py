@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.model_usage import Usage
+from memory.storage.engine import Executes, dialect_of
 from memory.storage.inserts import dialect_insert
 from memory.storage.models import Conversation, ConversationKind, UsageDay, UsageKind, User
 from memory.storage.tables import USAGE_DAYS
@@ -73,7 +74,7 @@ async def payer_of(session: AsyncSession, conversation_id: uuid.UUID) -> Payer |
 
 
 async def charge(
-    session: AsyncSession, payer: Payer, kind: UsageKind, usage: Sequence[Usage], now: datetime
+    session: Executes, payer: Payer, kind: UsageKind, usage: Sequence[Usage], now: datetime
 ) -> None:
     """Add `usage` to the payer's day, in `session`'s transaction (one row per model)."""
     by_model: dict[str, list[Usage]] = {}
@@ -112,9 +113,9 @@ async def move_usage(session: AsyncSession, absorbed: uuid.UUID, survivor: uuid.
 _COLUMNS = ("day", "subject", "kind", "model", "group", "calls", "prompt", "cached", "completion")
 
 
-async def _add(session: AsyncSession, row: dict[str, object]) -> None:
+async def _add(session: Executes, row: dict[str, object]) -> None:
     """Add `row`'s counts to its day's row, making it if there is none."""
-    await session.execute(_adding(session.get_bind().dialect.name), row)
+    await session.execute(_adding(dialect_of(session)), row)
 
 
 @functools.cache
