@@ -37,7 +37,7 @@ async def test_an_indicator_on_its_way_lands_before_the_turn_goes_on() -> None:
     order: list[str] = []
 
     async def turn() -> None:
-        async with typing_while(platform, CHAT, interval=60.0):
+        async with typing_while(platform, CHAT, interval=60.0, arriving=30.0):
             await platform.started.wait()  # the reply is ready while the indicator is out
         order.append("reply")
 
@@ -47,6 +47,7 @@ async def test_an_indicator_on_its_way_lands_before_the_turn_goes_on() -> None:
         await asyncio.sleep(0)  # let the turn reach the end of its block
     order.append("indicator answered")
     platform.answer.set()
+    # As soon as it is answered: the next indicator, a minute away, is not waited for.
     await asyncio.wait_for(ending, 5)
 
     # Not cancelled mid-request (which drops the connection), and answered before the

@@ -57,8 +57,7 @@ async def typing_while(
         yield
     finally:
         try:
-            if typing.calling:
-                await asyncio.wait({task}, timeout=arriving)
+            await typing.arrived(within=arriving)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -70,15 +69,22 @@ class _Typing:
         self._sender = sender
         self._chat = chat
         self._interval = interval
-        self.calling = False
+        self._idle = asyncio.Event()  # no call on its way
+        self._idle.set()
 
     async def run(self) -> None:
         while True:
-            self.calling = True
+            self._idle.clear()
             try:
                 await self._sender.typing(self._chat)
             except DeliveryError as exc:
                 log.debug("typing indicator failed", channel=self._chat.channel, error=exc.reason)
             finally:
-                self.calling = False
+                self._idle.set()
             await asyncio.sleep(self._interval)
+
+    async def arrived(self, *, within: float) -> None:
+        """Once no indicator is on its way, or `within` s have passed."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await self._idle.wait()
