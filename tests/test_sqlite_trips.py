@@ -16,7 +16,13 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker
 
-from memory.storage.engine import create_engine, reading, session_factory, short_transaction
+from memory.storage.engine import (
+    create_engine,
+    reading,
+    session_factory,
+    short_transaction,
+    writing_alone,
+)
 from memory.storage.sqlite_trips import reads_inline
 
 
@@ -234,3 +240,27 @@ async def test_another_writer_waits_for_an_inline_transaction_to_commit(
             await other.execute(text("INSERT INTO notes (body) VALUES ('c')"))
             await other.commit()
             assert await other.scalar(text("SELECT group_concat(body) FROM notes")) == "a,b,c"
+
+
+async def test_every_connection_lent_goes_back_to_the_pool(engine: AsyncEngine) -> None:
+    """Closed at once when nothing is left for the thread to end, in SQLAlchemy's own
+    shielded way otherwise: either way the pool has it back, and what was not committed
+    is not kept."""
+    sessions = session_factory(engine)
+    async with reading(sessions) as conn:
+        assert await conn.scalar(text("SELECT count(*) FROM notes")) == 0
+    with pytest.raises(OperationalError):
+        async with reading(sessions) as conn:
+            await conn.execute(text("SELECT nothing FROM nowhere"))
+    async with short_transaction(sessions) as conn:
+        await conn.execute(text("INSERT INTO notes (body) VALUES ('left uncommitted')"))
+    async with writing_alone(sessions) as conn:
+        await conn.execute(text("INSERT INTO notes (body) VALUES ('kept')"))
+    with pytest.raises(IntegrityError):
+        async with writing_alone(sessions) as conn:
+            await conn.execute(text("INSERT INTO notes (body) VALUES ('kept')"))
+
+    pool: Any = engine.pool
+    assert pool.checkedout() == 0
+    async with reading(sessions) as conn:
+        assert (await conn.execute(text("SELECT body FROM notes"))).scalars().all() == ["kept"]
