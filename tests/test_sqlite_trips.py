@@ -264,3 +264,23 @@ async def test_every_connection_lent_goes_back_to_the_pool(engine: AsyncEngine) 
     assert pool.checkedout() == 0
     async with reading(sessions) as conn:
         assert (await conn.execute(text("SELECT body FROM notes"))).scalars().all() == ["kept"]
+
+
+async def test_a_connection_beyond_the_pools_size_is_closed_and_counted_out(
+    engine: AsyncEngine,
+) -> None:
+    """Beyond its size, the pool closes a connection it has no room for, which waits for
+    the connection's thread: connections are closed SQLAlchemy's own, shielded way then."""
+    sessions = session_factory(engine)
+    pool: Any = engine.pool
+    held = [await engine.connect() for _ in range(pool.size())]
+    try:
+        for conn in held:
+            await conn.scalar(text("SELECT 1"))  # checked out for real
+        async with reading(sessions) as conn:
+            assert pool.overflow() == 1
+            assert await conn.scalar(text("SELECT count(*) FROM notes")) == 0
+    finally:
+        for conn in held:
+            await conn.close()
+    assert (pool.checkedout(), pool.overflow(), pool.checkedin()) == (0, 0, pool.size())

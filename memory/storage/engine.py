@@ -20,11 +20,11 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
-from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, QueuePool
 
 from memory.storage.files import create_private_file, private_dir, tighten
 from memory.storage.sqlite_trips import (
-    closes_at_once,
+    OneTripConnection,
     one_trip_dbapi,
     reads_inline,
     writes_inline,
@@ -186,20 +186,37 @@ async def short_transaction(
 @contextlib.asynccontextmanager
 async def _lent(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """`engine.connect()`, closed on the way out. SQLAlchemy's own exit closes in a task
-    of its own, shielded from cancellation, because closing may wait (a rollback on the
-    server): two more turns of the event loop for every connection, 40 of the 110 µs an
-    empty `reading()` cost on SQLite. A SQLite connection with no transaction left
-    waits for nothing to close, and nothing can cut it short: closed right here."""
+    of its own, shielded from cancellation, because closing may wait (a rollback, a
+    connection beyond the pool's size closed): two more turns of the event loop for
+    every connection, 40 of the 110 µs an empty `reading()` cost on SQLite. A close
+    that waits for nothing cannot be cut short: that one is done right here."""
     connection = await engine.connect()
     try:
         yield connection
     except BaseException as exc:
         await connection.__aexit__(type(exc), exc, exc.__traceback__)
         raise
-    if closes_at_once(connection):
+    if _closes_at_once(engine, connection):
         await connection.close()
     else:
         await connection.__aexit__(None, None, None)
+
+
+def _closes_at_once(engine: AsyncEngine, connection: AsyncConnection) -> bool:
+    """Whether closing `connection` waits for nothing: the pool keeps it (it closes
+    those beyond its size) and the database has no transaction of it to end."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool) or pool.overflow() > 0:
+        return False
+    if connection.closed or connection.invalidated or connection.sync_connection is None:
+        return False
+    if not connection.in_transaction():
+        return True
+    raw = connection.sync_connection.connection.dbapi_connection
+    if isinstance(raw, OneTripConnection):
+        return not raw.in_transaction  # SQLite begins one only before a write
+    # A server database's connection in autocommit (`reading`, `writing_alone`).
+    return bool(getattr(raw, "autocommit", False))
 
 
 def dialect_of(executes: Executes) -> str:

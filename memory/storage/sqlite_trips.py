@@ -231,16 +231,6 @@ def writes_inline(connection: AsyncConnection) -> Iterator[None]:
         adapted.writes_inline = False
 
 
-def closes_at_once(connection: AsyncConnection) -> bool:
-    """Whether closing `connection` has nothing to wait for: a one-trip connection with
-    no transaction open in SQLite (its commit or rollback is done, or it only read),
-    whose rollback and return to the pool happen on the calling thread."""
-    if connection.closed:
-        return False
-    adapted = _one_trip_connection(connection)
-    return adapted is not None and not adapted.in_transaction
-
-
 def _one_trip_connection(connection: AsyncConnection) -> OneTripConnection | None:
     sync = connection.sync_connection
     adapted = None if sync is None else sync.connection.dbapi_connection
