@@ -159,7 +159,7 @@ async def writing_alone(
             yield connection
             await connection.commit()
     else:
-        async with engine.connect() as connection:
+        async with _lent(engine) as connection:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
             yield connection
 
@@ -170,8 +170,8 @@ async def short_transaction(
 ) -> AsyncIterator[AsyncConnection]:
     """A connection for a transaction of a few indexed single-row statements (a message
     stored, a part marked sent), committed by the caller and rolled back if it is not.
-    No ORM session around it: opening, committing and closing one cost about 20% of
-    such a transaction (bench/README.md). On SQLite its statements after the first
+    No ORM session around it: opening, committing and closing one took a sixth of a
+    Telegram turn's writes (bench/README.md, stop 45). On SQLite its statements after the first
     write run on the event loop's thread: the lock they could wait for is theirs by
     then (`sqlite_trips`); the first write and the commit keep their trips."""
     engine = _engine(sessions)
