@@ -1,0 +1,148 @@
+"""What lending a connection for one short read costs: closed at once where that waits
+for nothing (as shipped), against SQLAlchemy's own exit, which closes in a task of its
+own shielded from cancellation (as before stop 45).
+
+    python -m bench.connection_lending [--reads N] [--blocks B] [--database-url URL] [--json]
+
+One process, one database (SQLite in a temporary directory unless `--database-url`
+names a PostgreSQL one, brought to head, to which one person is added), the
+repositories as the gateway opens them. A read here is `Deliveries.address`, the chat address every answer
+looks up: a `reading()` connection and one indexed SELECT. "Shielded" patches the
+engine's check (`_closes_at_once`) to say no, which gives back the old exit. The two
+ways alternate in blocks of `--reads` reads (`--blocks` each), so drift on a noisy
+machine hits both alike. The figure that counts is the ratio of the medians of the
+blocks' CPU per read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from unittest import mock
+
+import memory.storage.engine as storage_engine
+from bench.memory_support import (
+    backend,
+    log_to_devnull,
+    machine,
+    machine_line,
+    migrated_engine,
+    normalise_url,
+    scratch_dir,
+    sqlite_url,
+)
+from memory.storage.engine import session_factory
+from memory.storage.repositories import Repositories
+from memory.token_count import message_tokens
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+WAYS = ("at once", "shielded")
+
+
+@dataclass
+class Options:
+    reads: int
+    blocks: int
+    database_url: str | None
+    as_json: bool
+
+
+@dataclass
+class Way:
+    name: str
+    cpu_us: list[float] = field(default_factory=list)  # per read, one entry a block
+
+
+def parse_args(argv: list[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m bench.connection_lending", description=__doc__)
+    parser.add_argument("--reads", type=int, default=3000, help="reads a block (default 3000)")
+    parser.add_argument("--blocks", type=int, default=6, help="blocks a way (default 6)")
+    parser.add_argument("--database-url", help="a PostgreSQL database to use instead")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args(argv)
+    return Options(args.reads, args.blocks, args.database_url, args.json)
+
+
+@contextlib.contextmanager
+def way(name: str) -> Iterator[None]:
+    if name == "at once":
+        yield
+        return
+    with mock.patch.object(storage_engine, "_closes_at_once", return_value=False):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def world(database_url: str | None) -> AsyncIterator[tuple[Repositories, Any, str]]:
+    async with scratch_dir("parley-lending-") as scratch:
+        url = normalise_url(database_url) if database_url else sqlite_url(scratch / "lend.db")
+        engine = await migrated_engine(url)
+        try:
+            repos = Repositories.open(
+                session_factory(engine), count_tokens=message_tokens, now=lambda: NOW
+            )
+            ref = await repos.identities.resolve_identity(
+                "telegram", "4242", display_name="Ana", timezone="UTC", now=NOW
+            )
+            yield repos, ref, backend(url)
+        finally:
+            await engine.dispose()
+
+
+async def run(options: Options) -> dict[str, Any]:
+    log_to_devnull()
+    facts = machine()
+    ways = {name: Way(name) for name in WAYS}
+    async with world(options.database_url) as (repos, ref, database):
+        read = repos.deliveries.address
+        for name in WAYS:  # warm-up: connections opened, the statement compiled
+            with way(name):
+                for _ in range(options.reads // 4):
+                    await read(ref.conversation_id, ref.identity_id)
+        for _ in range(options.blocks):
+            for name in WAYS:
+                with way(name):
+                    cpu = time.process_time()
+                    for _ in range(options.reads):
+                        await read(ref.conversation_id, ref.identity_id)
+                    ways[name].cpu_us.append((time.process_time() - cpu) / options.reads * 1e6)
+    medians = {name: round(statistics.median(w.cpu_us), 1) for name, w in ways.items()}
+    return {
+        "command": "python -m bench.connection_lending",
+        "machine": facts,
+        "database": database,
+        "reads": options.reads,
+        "blocks": options.blocks,
+        "blocks_per_way": {name: w.cpu_us for name, w in ways.items()},
+        "median_cpu_us": medians,
+        "at_once_over_shielded_cpu": round(medians["at once"] / medians["shielded"], 3),
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [machine_line(result["machine"])]
+    lines.append(
+        f"{result['database']}: {result['reads']} reads a block, {result['blocks']} blocks a way"
+    )
+    for name, cpu_us in result["median_cpu_us"].items():
+        lines.append(f"{name:9} CPU {cpu_us:7.1f} µs a read (median of the blocks)")
+    lines.append(f"at once/shielded CPU: ×{result['at_once_over_shielded_cpu']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = parse_args(argv)
+    result = asyncio.run(run(options))
+    print(json.dumps(result, indent=2) if options.as_json else render(result))
+
+
+if __name__ == "__main__":
+    main()
