@@ -4,6 +4,7 @@ throughput, idle worker CPU): machine facts, percentiles, databases, CPU time.""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -129,10 +130,17 @@ def log_to_devnull() -> None:
     """The gateway's logging as a worker runs it (INFO, JSON lines), written to
     /dev/null: logging still costs what it costs, and the output stays readable."""
     configure_logging()
-    sink = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process' life
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler):
-            handler.setStream(sink)
+            handler.setStream(_devnull())
+
+
+@functools.cache
+def _devnull() -> TextIO:
+    # One for the process' life: a second call (several benches' tests in one test
+    # process) opening another would leave the first to the garbage collector, whose
+    # ResourceWarning then fails whichever test it lands in.
+    return open(os.devnull, "w", encoding="utf-8")
 
 
 def filler(chars: int, seed: str = "") -> str:
