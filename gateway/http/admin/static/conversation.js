@@ -146,8 +146,7 @@ export async function conversation(body, id, focus) {
 // reads whatever was missed.
 function live(body, id, on) {
   let socket = null, backoff = 500, stopped = false;
-  const status = h("span", { class: "muted", id: "live" }, "connecting…");
-  body.parentElement.querySelector("h1").after(status);
+  const status = body.parentElement.querySelector("#live");
   function connect() {
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     socket = new WebSocket(`${proto}//${location.host}/admin/live?session=${id}`);

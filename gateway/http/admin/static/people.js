@@ -56,8 +56,11 @@ export async function personPage(id, tab, params) {
     h("a", { href: `#/people/${id}`, "aria-current": tab === "conversation" ? "page" : null }, "Conversation"),
     h("a", { href: `#/people/${id}/memory`, "aria-current": tab === "memory" ? "page" : null }, "Memory"),
     h("a", { href: `#/people/${id}/reminders`, "aria-current": tab === "reminders" ? "page" : null }, "Reminders"));
+  // The conversation's live status has its line from the start: added once the
+  // messages are in, it pushed the tabs down under the pointer of whoever clicked one.
   const heading = h("div", {},
     h("h1", {}, person.display_name || "(no name)"),
+    tab === "conversation" ? h("span", { class: "muted", id: "live" }, "connecting…") : null,
     h("p", {}, identityBadges(person), stateBadges(person.state)));
   const body = h("div", {});
   show(person.display_name || "Person", heading, tabs, body);
