@@ -1,17 +1,23 @@
-"""What lending a connection for one short read costs: closed at once where that waits
-for nothing (as shipped), against SQLAlchemy's own exit, which closes in a task of its
-own shielded from cancellation (as before stop 45).
+"""What lending a connection for one short read costs, three ways, alternated in one
+process:
+
+- "one greenlet" (as shipped since stop 46): `Deliveries.address` through
+  `memory.storage.engine.read`, which on SQLite lends the connection, reads and returns
+  it in one greenlet;
+- "at once": the same SELECT on an `AsyncConnection` from `reading()`, closed at once
+  where that waits for nothing (as shipped in stop 45): three greenlets a read;
+- "shielded": that, closed SQLAlchemy's own way, in a task of its own shielded from
+  cancellation (before stop 45): `_closes_at_once` patched to say no.
 
     python -m bench.connection_lending [--reads N] [--blocks B] [--database-url URL] [--json]
 
-One process, one database (SQLite in a temporary directory unless `--database-url`
-names a PostgreSQL one, brought to head, to which one person is added), the
-repositories as the gateway opens them. A read here is `Deliveries.address`, the chat address every answer
-looks up: a `reading()` connection and one indexed SELECT. "Shielded" patches the
-engine's check (`_closes_at_once`) to say no, which gives back the old exit. The two
-ways alternate in blocks of `--reads` reads (`--blocks` each), so drift on a noisy
-machine hits both alike. The figure that counts is the ratio of the medians of the
-blocks' CPU per read.
+One database (SQLite in a temporary directory unless `--database-url` names a
+PostgreSQL one, brought to head, to which one person is added), the repositories as the
+gateway opens them. A read is the chat address every answer looks up: one indexed
+SELECT. The ways alternate in blocks of `--reads` reads (`--blocks` each), so drift on
+a noisy machine hits all alike. The figures that count are the ratios of the medians of
+the blocks' CPU per read. On Postgres, `read` lends a `reading()` connection, so the
+first two ways differ only by `run_sync`.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import contextlib
 import json
 import statistics
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -39,12 +45,13 @@ from bench.memory_support import (
     scratch_dir,
     sqlite_url,
 )
+from memory.storage.deliveries import _ADDRESS
 from memory.storage.engine import session_factory
 from memory.storage.repositories import Repositories
 from memory.token_count import message_tokens
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-WAYS = ("at once", "shielded")
+WAYS = ("one greenlet", "at once", "shielded")
 
 
 @dataclass
@@ -71,9 +78,25 @@ def parse_args(argv: list[str] | None = None) -> Options:
     return Options(args.reads, args.blocks, args.database_url, args.json)
 
 
+Read = Callable[[], Awaitable[object]]
+
+
+def reader(name: str, repos: Repositories, ref: Any) -> Read:
+    if name == "one greenlet":
+        return lambda: repos.deliveries.address(ref.conversation_id, ref.identity_id)
+    sessions = repos.deliveries._sessions  # the bench's own look inside
+    params = {"conversation_id": ref.conversation_id, "identity_id": ref.identity_id}
+
+    async def lent() -> object:
+        async with storage_engine.reading(sessions) as connection:
+            return (await connection.execute(_ADDRESS, params)).one_or_none()
+
+    return lent
+
+
 @contextlib.contextmanager
 def way(name: str) -> Iterator[None]:
-    if name == "at once":
+    if name != "shielded":
         yield
         return
     with mock.patch.object(storage_engine, "_closes_at_once", return_value=False):
@@ -102,17 +125,17 @@ async def run(options: Options) -> dict[str, Any]:
     facts = machine()
     ways = {name: Way(name) for name in WAYS}
     async with world(options.database_url) as (repos, ref, database):
-        read = repos.deliveries.address
+        reads = {name: reader(name, repos, ref) for name in WAYS}
         for name in WAYS:  # warm-up: connections opened, the statement compiled
             with way(name):
                 for _ in range(options.reads // 4):
-                    await read(ref.conversation_id, ref.identity_id)
+                    await reads[name]()
         for _ in range(options.blocks):
             for name in WAYS:
                 with way(name):
                     cpu = time.process_time()
                     for _ in range(options.reads):
-                        await read(ref.conversation_id, ref.identity_id)
+                        await reads[name]()
                     ways[name].cpu_us.append((time.process_time() - cpu) / options.reads * 1e6)
     medians = {name: round(statistics.median(w.cpu_us), 1) for name, w in ways.items()}
     return {
@@ -123,6 +146,7 @@ async def run(options: Options) -> dict[str, Any]:
         "blocks": options.blocks,
         "blocks_per_way": {name: w.cpu_us for name, w in ways.items()},
         "median_cpu_us": medians,
+        "one_greenlet_over_at_once_cpu": round(medians["one greenlet"] / medians["at once"], 3),
         "at_once_over_shielded_cpu": round(medians["at once"] / medians["shielded"], 3),
     }
 
@@ -133,7 +157,8 @@ def render(result: dict[str, Any]) -> str:
         f"{result['database']}: {result['reads']} reads a block, {result['blocks']} blocks a way"
     )
     for name, cpu_us in result["median_cpu_us"].items():
-        lines.append(f"{name:9} CPU {cpu_us:7.1f} µs a read (median of the blocks)")
+        lines.append(f"{name:12} CPU {cpu_us:7.1f} µs a read (median of the blocks)")
+    lines.append(f"one greenlet/at once CPU: ×{result['one_greenlet_over_at_once_cpu']}")
     lines.append(f"at once/shielded CPU: ×{result['at_once_over_shielded_cpu']}")
     return "\n".join(lines)
 

@@ -24,13 +24,25 @@ IDLE_GAP = timedelta(days=1)
 SHOW_TIME_AFTER = timedelta(minutes=30)
 
 
+# English whatever the process' locale, which strftime's %A and %B follow (and cost a
+# locale lookup each).
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = (
+    "January", "February", "March", "April", "May", "June",
+    "July", "August", "September", "October", "November", "December",
+)  # fmt: skip
+
+
 def _offset(moment: datetime) -> str:
-    raw = moment.strftime("%z")  # +0100
-    return f"UTC{raw[:3]}:{raw[3:]}"
+    offset = moment.utcoffset() or timedelta(0)
+    minutes = int(offset.total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    hours, minutes = divmod(abs(minutes), 60)
+    return f"UTC{sign}{hours:02d}:{minutes:02d}"
 
 
 def _long_date(moment: datetime) -> str:
-    return f"{moment:%A}, {moment.day} {moment:%B %Y}"
+    return f"{_DAYS[moment.weekday()]}, {moment.day} {_MONTHS[moment.month - 1]} {moment.year}"
 
 
 def describe_duration(delta: timedelta) -> str:

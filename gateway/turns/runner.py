@@ -350,10 +350,13 @@ class TurnRunner:
             return len(is_command) > 1
         count = next((i for i, command in enumerate(is_command) if command), len(is_command))
         answered = state.unanswered[:count]
-        upto = answered[-1].seq
-        # Later user messages (after a command) belong to later turns.
-        live = tuple(m for m in state.live if m.role is not Role.USER or m.seq <= upto)
-        state = replace(state, live=live, unanswered=answered)
+        if count < len(is_command):
+            # Later user messages (after a command) belong to later turns. Without one,
+            # every user message of the window is answered or before: nothing to leave
+            # out, and the window is not walked.
+            upto = answered[-1].seq
+            live = tuple(m for m in state.live if m.role is not Role.USER or m.seq <= upto)
+            state = replace(state, live=live, unanswered=answered)
         started = time.monotonic()
         if self._budgets is not None:
             verdict = await self._budgets.verdict(state, self._clock.now())

@@ -27,7 +27,7 @@ from memory.profile.facts import (
     clean_fact,
 )
 from memory.storage import profile_rows
-from memory.storage.engine import reading
+from memory.storage.engine import read
 from memory.storage.models import (
     Chunk,
     ConversationKind,
@@ -70,8 +70,8 @@ class Profiles:
 
     async def _owners(self, column: str, conversation_id: uuid.UUID) -> Any:
         """A column of the profile of a personal conversation's owner (None: a group)."""
-        async with reading(self._sessions) as connection:
-            return await connection.scalar(_of_owner(column), {"conversation_id": conversation_id})
+        query, params = _of_owner(column), {"conversation_id": conversation_id}
+        return await read(self._sessions, lambda c: c.scalar(query, params))
 
     async def append(
         self,

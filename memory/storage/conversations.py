@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from sqlalchemy import bindparam, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.engine import reading
+from memory.storage.engine import read
 from memory.storage.inserts import insert_or_skip
 from memory.storage.live_window import KeptWindow, LiveWindows
 from memory.storage.messages import MESSAGE_ROW, StoredMessage, message_view
@@ -125,9 +126,8 @@ class Conversations:
 
     async def owes_reply(self, conversation_id: uuid.UUID) -> bool:
         """Whether a user message of the conversation is still unanswered."""
-        async with reading(self._sessions) as connection:
-            found = await connection.scalar(_OWING, {"conversation_id": conversation_id})
-        return found is not None
+        params = {"conversation_id": conversation_id}
+        return await read(self._sessions, lambda c: c.scalar(_OWING, params) is not None)
 
     async def conversations_owing_reply(
         self, *, after: uuid.UUID | None = None, limit: int = 500
@@ -149,26 +149,28 @@ class Conversations:
         answered one) and when the message before those was sent; None if nothing is
         unanswered. Of the live window only what is new since the kept one is read
         (live_window.py says when a kept window is good)."""
-        async with reading(self._sessions) as connection:
-            answered, last_user, kind, timezone, version, user_id, daily, told = (
-                await connection.execute(_TURN_HEAD, {"conversation_id": conversation_id})
-            ).one()
-            if last_user <= answered:
-                return None
-            live = await self._live(connection, conversation_id, version)
-            # Seq order: what is after `answered` is found without walking the rest.
-            after = bisect_right(live, answered, key=_seq)
-            unanswered = [m for m in live[after:] if m.role is Role.USER]
-            if not unanswered:
-                return None
-            first_new = unanswered[0]
-            before = bisect_left(live, first_new.seq, key=_seq)
-            previous_at = live[before - 1].sent_at if before else None
-            if previous_at is None and first_new.seq > 1:
-                # Everything before this turn is archived: ask the archive's edge.
-                previous_at = await connection.scalar(
-                    _ARCHIVED_EDGE, {"conversation_id": conversation_id, "before": first_new.seq}
-                )
+        return await read(self._sessions, lambda c: self._turn(c, conversation_id))
+
+    def _turn(self, connection: Connection, conversation_id: uuid.UUID) -> TurnState | None:
+        answered, last_user, kind, timezone, version, user_id, daily, told = connection.execute(
+            _TURN_HEAD, {"conversation_id": conversation_id}
+        ).one()
+        if last_user <= answered:
+            return None
+        live = self._live(connection, conversation_id, version)
+        # Seq order: what is after `answered` is found without walking the rest.
+        after = bisect_right(live, answered, key=_seq)
+        unanswered = [m for m in live[after:] if m.role is Role.USER]
+        if not unanswered:
+            return None
+        first_new = unanswered[0]
+        before = bisect_left(live, first_new.seq, key=_seq)
+        previous_at = live[before - 1].sent_at if before else None
+        if previous_at is None and first_new.seq > 1:
+            # Everything before this turn is archived: ask the archive's edge.
+            previous_at = connection.scalar(
+                _ARCHIVED_EDGE, {"conversation_id": conversation_id, "before": first_new.seq}
+            )
         return TurnState(
             conversation_id=conversation_id,
             timezone=timezone or "UTC",
@@ -191,17 +193,17 @@ class Conversations:
             )
             await session.commit()
 
-    async def _live(
-        self, connection: AsyncConnection, conversation_id: uuid.UUID, version: int
+    def _live(
+        self, connection: Connection, conversation_id: uuid.UUID, version: int
     ) -> tuple[StoredMessage, ...]:
         """The live window: the kept one and the messages stored after it, or all of it
         read afresh if none is kept at `version` (read before, so a change committing
         meanwhile leaves the window tagged with the version it outdated)."""
         kept = self._windows.get(conversation_id, version)
         if kept is None:
-            rows = await connection.execute(_LIVE, {"conversation_id": conversation_id})
+            rows = connection.execute(_LIVE, {"conversation_id": conversation_id})
         else:
-            rows = await connection.execute(
+            rows = connection.execute(
                 _LIVE_AFTER, {"conversation_id": conversation_id, "after": kept.last_seq}
             )
         new = tuple(message_view(row) for row in rows)

@@ -18,7 +18,7 @@ from sqlalchemy import Update, bindparam, delete, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
-from memory.storage.engine import reading, short_transaction, writer_queue, writing_alone
+from memory.storage.engine import read, short_transaction, writer_queue, writing_alone
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import (
     ConversationKind,
@@ -127,11 +127,8 @@ class Deliveries:
     ) -> tuple[str, str | None]:
         """Where an answer goes, in one read: the platform address of the identity ('' if
         none) and the conversation's platform group id (None unless a group)."""
-        async with reading(self._sessions) as connection:
-            found = await connection.execute(
-                _ADDRESS, {"conversation_id": conversation_id, "identity_id": identity_id}
-            )
-            row = found.one_or_none()
+        params = {"conversation_id": conversation_id, "identity_id": identity_id}
+        row = await read(self._sessions, lambda c: c.execute(_ADDRESS, params).one_or_none())
         if row is None:
             return "", None
         group = row.group_id if row.kind == ConversationKind.GROUP else None
@@ -142,14 +139,12 @@ class Deliveries:
     ) -> DeliveryState | None:
         """Where a reply's delivery stands; with `preview_in` (a chat), also the preview
         that showed it there while it was written, if one did."""
-        async with reading(self._sessions) as connection:
-            if preview_in is None:
-                found = await connection.execute(_STATE, {"message_id": message_id})
-            else:
-                found = await connection.execute(
-                    _STATE_AND_PREVIEW, {"message_id": message_id, "chat": preview_in}
-                )
-            row = found.one_or_none()
+        params: dict[str, object]
+        if preview_in is None:
+            query, params = _STATE, {"message_id": message_id}
+        else:
+            query, params = _STATE_AND_PREVIEW, {"message_id": message_id, "chat": preview_in}
+        row = await read(self._sessions, lambda c: c.execute(query, params).one_or_none())
         if row is None:
             return None
         delivery = row.delivery

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, QueuePool
+from sqlalchemy.util.concurrency import greenlet_spawn
 
 from memory.storage.files import create_private_file, private_dir, tighten
 from memory.storage.sqlite_trips import (
@@ -33,6 +34,7 @@ from memory.storage.sqlite_trips import (
 # What a write inside a caller's transaction takes: an ORM session, or a connection
 # (`short_transaction`).
 Executes: TypeAlias = AsyncSession | AsyncConnection
+T = TypeVar("T")
 
 # SQLite's companions of the database file: it creates them with the database's mode.
 _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -143,6 +145,27 @@ async def reading(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[A
         else:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
             yield connection
+
+
+async def read(sessions: async_sessionmaker[AsyncSession], block: Callable[[Connection], T]) -> T:
+    """What `block` reads on a connection lent as by `reading`, its statements called
+    without `await`. On SQLite, where they run on the event loop's thread, the whole
+    block (the connection lent, its reads, its return) runs in one greenlet, where an
+    `AsyncConnection` starts one for each call: a new greenlet maps a fresh stack chunk
+    for its Python frames and unmaps it when it ends, 10 µs on CPython 3.11, and a
+    short read made three (bench/README.md, stop 46). Elsewhere the reads are one
+    greenlet on a `reading` connection."""
+    engine = _engine(sessions)
+    return await greenlet_spawn(_read_here, engine.sync_engine, block)
+
+
+def _read_here(engine: Engine, block: Callable[[Connection], T]) -> T:
+    with engine.connect() as connection:
+        if engine.dialect.name == "sqlite":
+            with reads_inline(connection):
+                return block(connection)
+        connection.execution_options(isolation_level="AUTOCOMMIT")
+        return block(connection)
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import personal_conversation
-from memory.storage.engine import reading, writer_queue
+from memory.storage.engine import read, writer_queue
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import Conversation, ConversationKind, Identity, User
 from memory.storage.tables import CONVERSATIONS, IDENTITIES, USERS
@@ -148,11 +148,8 @@ class Identities:
             await session.commit()
 
     async def _find_identity(self, channel: str, external_id: str) -> IdentityRef | None:
-        async with reading(self._sessions) as connection:
-            found = await connection.execute(
-                _FIND_IDENTITY, {"channel": channel, "external_id": external_id}
-            )
-            row = found.one_or_none()
+        params = {"channel": channel, "external_id": external_id}
+        row = await read(self._sessions, lambda c: c.execute(_FIND_IDENTITY, params).one_or_none())
         return None if row is None else IdentityRef(*row)
 
     async def seen_seq(self, identity_id: uuid.UUID) -> int:

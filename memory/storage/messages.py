@@ -27,7 +27,7 @@ from memory.storage.attachments import (
 from memory.storage.engine import (
     Executes,
     dialect_of,
-    reading,
+    read,
     short_transaction,
     writer_queue,
 )
@@ -222,8 +222,7 @@ class Messages:
         query = select(*MESSAGE_COLUMNS).where(
             Message.channel == channel, Message.platform_message_id == platform_message_id
         )
-        async with reading(self._sessions) as connection:
-            row = (await connection.execute(query)).one_or_none()
+        row = await read(self._sessions, lambda c: c.execute(query).one_or_none())
         return None if row is None else message_view(row)
 
     async def messages_after(
@@ -246,15 +245,13 @@ class Messages:
             .order_by(Message.reply_to_seq, Message.seq)
             .limit(1)
         )
-        async with reading(self._sessions) as connection:
-            row = (await connection.execute(query)).one_or_none()
+        row = await read(self._sessions, lambda c: c.execute(query).one_or_none())
         return None if row is None else message_view(row)
 
     async def message_by_id(self, message_id: int) -> StoredMessage | None:
         """A message wherever it is now (linking moves messages between conversations)."""
         query = select(*MESSAGE_COLUMNS).where(Message.id == message_id)
-        async with reading(self._sessions) as connection:
-            row = (await connection.execute(query)).one_or_none()
+        row = await read(self._sessions, lambda c: c.execute(query).one_or_none())
         return None if row is None else message_view(row)
 
     async def messages_between(
@@ -288,9 +285,10 @@ class Messages:
         """Replies still to send, with where they go, a page at a time by id (one query
         a page: the sweep reads them every few seconds); `only`: that one message."""
         params = {"after_id": after_id, "page": limit, "only": only}
-        async with reading(self._sessions) as connection:
-            rows = await connection.execute(_pending_page(only is not None), params)
-            return [_pending(row) for row in rows]
+        query = _pending_page(only is not None)
+        return await read(
+            self._sessions, lambda c: [_pending(row) for row in c.execute(query, params)]
+        )
 
     async def last_from(
         self, conversation_id: uuid.UUID, channel: str | None, *, not_on: str | None = None

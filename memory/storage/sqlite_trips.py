@@ -38,6 +38,7 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
     AsyncAdapt_aiosqlite_cursor,
     AsyncAdapt_aiosqlite_dbapi,
 )
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.util import EMPTY_DICT
 from sqlalchemy.util.concurrency import await_
@@ -199,7 +200,7 @@ class OneTripConnection(AsyncAdapt_aiosqlite_connection):
 
 
 @contextlib.contextmanager
-def reads_inline(connection: AsyncConnection) -> Iterator[None]:
+def reads_inline(connection: AsyncConnection | Connection) -> Iterator[None]:
     """While open, `connection`'s statements outside a transaction run on the calling
     thread. For short reads only: a long one would hold up the whole event loop."""
     adapted = _one_trip_connection(connection)
@@ -231,8 +232,8 @@ def writes_inline(connection: AsyncConnection) -> Iterator[None]:
         adapted.writes_inline = False
 
 
-def _one_trip_connection(connection: AsyncConnection) -> OneTripConnection | None:
-    sync = connection.sync_connection
+def _one_trip_connection(connection: AsyncConnection | Connection) -> OneTripConnection | None:
+    sync = connection.sync_connection if isinstance(connection, AsyncConnection) else connection
     adapted = None if sync is None else sync.connection.dbapi_connection
     return adapted if isinstance(adapted, OneTripConnection) else None
 
