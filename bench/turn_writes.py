@@ -14,8 +14,8 @@ model, no reads of the turn's context.
 
 The two ways alternate in blocks of `--turns` turns (`--blocks` each), so drift on a
 noisy machine hits both alike. "Thread" turns `memory.storage.engine.writes_inline`
-off for its blocks: `short_transaction` then lends its connection unchanged, and every
-statement takes its trip, as before. Per turn: CPU of this process (all threads:
+off for its blocks: `write_transaction` then runs its block on the connection as is,
+and every statement takes its trip, as before. Per turn: CPU of this process (all threads:
 aiosqlite's too), wall time, and trips to aiosqlite's thread (counted by wrapping its
 `Connection._execute`, which still does the work). The figure that counts is the
 ratio of the medians of the blocks.

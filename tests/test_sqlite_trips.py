@@ -13,15 +13,17 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker
 
 from memory.storage.engine import (
     create_engine,
+    read,
     reading,
     session_factory,
-    short_transaction,
-    writing_alone,
+    write_alone,
+    write_transaction,
 )
 from memory.storage.sqlite_trips import reads_inline
 
@@ -38,7 +40,10 @@ async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
 async def _counting(conn: AsyncConnection) -> Callable[[], int]:
     """Counts the calls the connection makes to aiosqlite's thread from now on (the
     library's own method, wrapped on this one connection: it still does the work)."""
-    driver: Any = (await conn.get_raw_connection()).driver_connection
+    return _counting_on((await conn.get_raw_connection()).driver_connection)
+
+
+def _counting_on(driver: Any) -> Callable[[], int]:
     real = driver._execute
     trips = 0
 
@@ -176,29 +181,31 @@ async def test_a_short_write_transaction_goes_on_inline_once_it_holds_the_lock(
     await _on_each_connection(engine, "thread_id", threading.get_ident)
     here = threading.get_ident()
     sessions = session_factory(engine)
-    async with short_transaction(sessions) as session:
-        trips = await _counting(session)
-        # Before any write the lock is not ours: a read outside reading() keeps its trip.
-        assert await session.scalar(text("SELECT thread_id()")) != here
-        await session.execute(text("INSERT INTO notes (body) VALUES ('first')"))  # the lock
+
+    def transactions(conn: Connection) -> None:
+        trips = _counting_on(conn.connection.driver_connection)
+        # Before any write the lock is not ours: a read keeps its trip.
+        assert conn.scalar(text("SELECT thread_id()")) != here
+        conn.execute(text("INSERT INTO notes (body) VALUES ('first')"))  # the lock
         assert trips() == 2
-        await session.execute(text("INSERT INTO notes (body) VALUES ('second')"))
-        await session.execute(text("UPDATE notes SET body = body || '!'"))
-        assert await session.scalar(text("SELECT count(*) FROM notes WHERE body LIKE '%!'")) == 2
-        assert await session.scalar(text("SELECT thread_id()")) == here
+        conn.execute(text("INSERT INTO notes (body) VALUES ('second')"))
+        conn.execute(text("UPDATE notes SET body = body || '!'"))
+        assert conn.scalar(text("SELECT count(*) FROM notes WHERE body LIKE '%!'")) == 2
+        assert conn.scalar(text("SELECT thread_id()")) == here
         assert trips() == 2
-        await session.commit()  # may checkpoint: the thread
+        conn.commit()  # may checkpoint: the thread
         assert trips() == 3
         # The next transaction starts over: its first write waits for the lock there.
-        await session.execute(text("INSERT INTO notes (body) VALUES ('undone')"))
+        conn.execute(text("INSERT INTO notes (body) VALUES ('undone')"))
         assert trips() == 4
-        await session.execute(text("UPDATE notes SET body = body || '?'"))
+        conn.execute(text("UPDATE notes SET body = body || '?'"))
         assert trips() == 4
-        await session.rollback()
+        conn.rollback()
         assert trips() == 5
-    async with reading(sessions) as conn:
-        bodies = (await conn.execute(text("SELECT body FROM notes ORDER BY id"))).scalars()
-        assert bodies.all() == ["first!", "second!"]
+
+    await write_transaction(sessions, transactions)
+    bodies = await read(sessions, lambda c: c.scalars(text("SELECT body FROM notes ORDER BY id")))
+    assert bodies.all() == ["first!", "second!"]
 
 
 async def test_after_a_failed_write_nothing_runs_inline(engine: AsyncEngine) -> None:
@@ -210,11 +217,14 @@ async def test_after_a_failed_write_nothing_runs_inline(engine: AsyncEngine) -> 
     async with sessions() as session:
         await session.execute(text("INSERT INTO notes (body) VALUES ('taken')"))
         await session.commit()
-    async with short_transaction(sessions) as session:
+
+    def failed(conn: Connection) -> None:
         with pytest.raises(IntegrityError):
-            await session.execute(text("INSERT INTO notes (body) VALUES ('taken')"))
-        assert await session.scalar(text("SELECT thread_id()")) != here
-        await session.rollback()
+            conn.execute(text("INSERT INTO notes (body) VALUES ('taken')"))
+        assert conn.scalar(text("SELECT thread_id()")) != here
+        conn.rollback()
+
+    await write_transaction(sessions, failed)
     # Outside a short write transaction, a write's transaction keeps the thread.
     async with sessions() as session:
         await session.execute(text("INSERT INTO notes (body) VALUES ('more')"))
@@ -228,18 +238,21 @@ async def test_another_writer_waits_for_an_inline_transaction_to_commit(
     """The inline statements are the transaction's own: another connection's write
     waits for its commit and sees all of it."""
     sessions = session_factory(engine)
-    async with short_transaction(sessions) as session:
-        await session.execute(text("INSERT INTO notes (body) VALUES ('a')"))
-        await session.execute(text("INSERT INTO notes (body) VALUES ('b')"))
-        async with engine.connect() as other:
-            await other.execute(text("PRAGMA busy_timeout = 0"))
+
+    def alongside_another(conn: Connection) -> str:
+        conn.execute(text("INSERT INTO notes (body) VALUES ('a')"))
+        conn.execute(text("INSERT INTO notes (body) VALUES ('b')"))
+        with conn.engine.connect() as other:
+            other.execute(text("PRAGMA busy_timeout = 0"))
             with pytest.raises(OperationalError, match="locked"):
-                await other.execute(text("INSERT INTO notes (body) VALUES ('c')"))
-            await other.rollback()
-            await session.commit()
-            await other.execute(text("INSERT INTO notes (body) VALUES ('c')"))
-            await other.commit()
-            assert await other.scalar(text("SELECT group_concat(body) FROM notes")) == "a,b,c"
+                other.execute(text("INSERT INTO notes (body) VALUES ('c')"))
+            other.rollback()
+            conn.commit()
+            other.execute(text("INSERT INTO notes (body) VALUES ('c')"))
+            other.commit()
+            return str(other.scalar(text("SELECT group_concat(body) FROM notes")))
+
+    assert await write_transaction(sessions, alongside_another) == "a,b,c"
 
 
 async def test_every_connection_lent_goes_back_to_the_pool(engine: AsyncEngine) -> None:
@@ -252,13 +265,22 @@ async def test_every_connection_lent_goes_back_to_the_pool(engine: AsyncEngine) 
     with pytest.raises(OperationalError):
         async with reading(sessions) as conn:
             await conn.execute(text("SELECT nothing FROM nowhere"))
-    async with short_transaction(sessions) as conn:
-        await conn.execute(text("INSERT INTO notes (body) VALUES ('left uncommitted')"))
-    async with writing_alone(sessions) as conn:
-        await conn.execute(text("INSERT INTO notes (body) VALUES ('kept')"))
+    await write_alone(
+        sessions, lambda c: c.execute(text("INSERT INTO notes (body) VALUES ('kept')"))
+    )
     with pytest.raises(IntegrityError):
-        async with writing_alone(sessions) as conn:
-            await conn.execute(text("INSERT INTO notes (body) VALUES ('kept')"))
+        await write_alone(
+            sessions, lambda c: c.execute(text("INSERT INTO notes (body) VALUES ('kept')"))
+        )
+    with pytest.raises(OperationalError):
+        await read(sessions, lambda c: c.execute(text("SELECT nothing FROM nowhere")))
+
+    def half_done(conn: Connection) -> None:
+        conn.execute(text("INSERT INTO notes (body) VALUES ('rolled back')"))
+        conn.execute(text("INSERT INTO notes (body) VALUES ('kept')"))
+
+    with pytest.raises(IntegrityError):
+        await write_transaction(sessions, half_done)
 
     pool: Any = engine.pool
     assert pool.checkedout() == 0
@@ -284,3 +306,35 @@ async def test_a_connection_beyond_the_pools_size_is_closed_and_counted_out(
         for conn in held:
             await conn.close()
     assert (pool.checkedout(), pool.overflow(), pool.checkedin()) == (0, 0, pool.size())
+
+
+async def test_a_block_of_reads_or_a_short_transaction_is_one_greenlet_with_the_same_trips(
+    engine: AsyncEngine,
+) -> None:
+    """`read`, `write_alone` and `write_transaction` run a block of statements without
+    an `await` each: the reads on the event loop's thread, the first write and the
+    commit in the connection's, what follows the first write inline."""
+    await _on_each_connection(engine, "thread_id", threading.get_ident)
+    here = threading.get_ident()
+    sessions = session_factory(engine)
+    threads = []
+
+    def both_ways(conn: Connection) -> int:
+        threads.append(conn.scalar(text("SELECT thread_id()")))
+        conn.execute(text("INSERT INTO notes (body) VALUES ('first')"))
+        threads.append(conn.scalar(text("SELECT thread_id()")))
+        return int(conn.scalar(text("SELECT count(*) FROM notes")) or 0)
+
+    assert await write_transaction(sessions, both_ways) == 1
+    # Before the first write, a read waits for the thread; after it, nothing does.
+    assert threads[0] != here
+    assert threads[1] == here
+    assert await read(sessions, lambda c: c.scalar(text("SELECT thread_id()"))) == here
+    assert (
+        await write_alone(
+            sessions, lambda c: c.execute(text("UPDATE notes SET body = 'only'")).rowcount
+        )
+        == 1
+    )
+    rows = await read(sessions, lambda c: c.execute(text("SELECT body FROM notes")).all())
+    assert [row.body for row in rows] == ["only"]

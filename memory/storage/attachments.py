@@ -15,11 +15,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
 from memory.escaping import escape_typed, header_value
-from memory.storage.engine import Executes
 from memory.storage.models import (
     Attachment,
     AttachmentKind,
@@ -202,10 +202,10 @@ def fetching(media: str | None) -> bool:
     return media is not None and FETCHING_MARK in media
 
 
-async def add_platform_files(
-    session: Executes, message_id: int, files: Sequence[PlatformFile], now: datetime
+def add_platform_files(
+    connection: Connection, message_id: int, files: Sequence[PlatformFile], now: datetime
 ) -> str:
-    """The files a platform holds for a message, kept as fetching in `session`'s
+    """The files a platform holds for a message, kept as fetching in `connection`'s
     transaction; the message's files line for them."""
     rows = [
         {
@@ -223,7 +223,7 @@ async def add_platform_files(
         }
         for file in files
     ]
-    added = await session.execute(
+    added = connection.execute(
         insert(Attachment).returning(*_VIEW_COLUMNS, sort_by_parameter_order=True), rows
     )
     return "\n".join(media_line(AttachmentView(**row._asdict())) for row in added)
@@ -250,14 +250,14 @@ async def _retell(session: AsyncSession, message_id: int) -> None:
     )
 
 
-async def take_uploads(
-    session: Executes, identity_id: uuid.UUID | None, message_id: int, ids: Sequence[int]
+def take_uploads(
+    connection: Connection, identity_id: uuid.UUID | None, message_id: int, ids: Sequence[int]
 ) -> list[AttachmentView]:
-    """Make the uploads `ids` the message's, in `session`'s transaction, in the order
+    """Make the uploads `ids` the message's, in `connection`'s transaction, in the order
     given; `UploadNotFound` (roll back) unless every one is an unattached upload of
     `identity_id`'s."""
     wanted = list(dict.fromkeys(ids))
-    taken = await session.execute(
+    taken = connection.execute(
         update(Attachment)
         .where(
             Attachment.id.in_(wanted),

@@ -15,10 +15,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Update, bindparam, delete, func, null, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
-from memory.storage.engine import read, short_transaction, writer_queue, writing_alone
+from memory.storage.engine import read, write_alone, write_transaction, writer_queue
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import (
     ConversationKind,
@@ -160,8 +161,9 @@ class Deliveries:
 
     async def sending(self, message_id: int, part: int) -> None:
         """A send call for `part` is about to go out (cleared once its answer is in)."""
-        async with self._writes, writing_alone(self._sessions) as connection:
-            await connection.execute(_SENDING, {"message_id": message_id, "part": part})
+        params = {"message_id": message_id, "part": part}
+        async with self._writes:
+            await write_alone(self._sessions, lambda c: c.execute(_SENDING, params))
 
     async def uncertain(self, message_id: int, part: int, *, skip: bool) -> None:
         """Count `part` as uncertain; with `skip`, treat it as sent and go on after it."""
@@ -185,8 +187,9 @@ class Deliveries:
         return int(total or 0)
 
     async def _update(self, message_id: int, **values: object) -> None:
-        async with self._writes, writing_alone(self._sessions) as connection:
-            await connection.execute(update(Message).where(Message.id == message_id).values(values))
+        change = update(Message).where(Message.id == message_id).values(values)
+        async with self._writes:
+            await write_alone(self._sessions, lambda c: c.execute(change))
 
     async def part_sent(
         self,
@@ -202,12 +205,13 @@ class Deliveries:
         """The platform took `part`. With `last`, the reply is sent too, in the same
         transaction (what `sent` does): the reply it moved, or None as `sent` says.
         `preview`: the part was edited into that preview message, done with now."""
-        async with self._writes, short_transaction(self._sessions) as connection:
+
+        def record(connection: Connection) -> DeliveryMoved | None:
             if preview is not None:
-                await connection.execute(_PREVIEW_DONE, {"channel": channel, "preview": preview})
+                connection.execute(_PREVIEW_DONE, {"channel": channel, "preview": preview})
             if platform_id is not None:
                 # A part recorded before (a resend after a crash) is counted only.
-                await connection.execute(
+                connection.execute(
                     skipping_insert(connection.dialect.name, SENT_PARTS),
                     {
                         "message_id": message_id,
@@ -218,13 +222,14 @@ class Deliveries:
                         "updated_at": now,
                     },
                 )
-            await connection.execute(_PART_DONE, {"message_id": message_id, "parts_sent": part + 1})
-            moved = None
-            if last:
-                row = (await connection.execute(_SENT, {"message_id": message_id})).one_or_none()
-                moved = None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
-            await connection.commit()
-        return moved
+            connection.execute(_PART_DONE, {"message_id": message_id, "parts_sent": part + 1})
+            if not last:
+                return None
+            row = connection.execute(_SENT, {"message_id": message_id}).one_or_none()
+            return None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
+
+        async with self._writes:
+            return await write_transaction(self._sessions, record)
 
     async def sent(self, message_id: int) -> DeliveryMoved | None:
         """Every part went out; None if the reply was no longer pending (receipts that
@@ -265,8 +270,10 @@ class Deliveries:
         """Apply `change` to one reply and say where that reply is, in the same
         statement (RETURNING id, conversation_id, seq): announcing a delivery costs no
         read of its own."""
-        async with self._writes, writing_alone(self._sessions) as connection:
-            row = (await connection.execute(change, params)).one_or_none()
+        async with self._writes:
+            row = await write_alone(
+                self._sessions, lambda c: c.execute(change, params).one_or_none()
+            )
         return None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
 
     async def receipt(

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -31,9 +31,6 @@ from memory.storage.sqlite_trips import (
     writes_inline,
 )
 
-# What a write inside a caller's transaction takes: an ORM session, or a connection
-# (`short_transaction`).
-Executes: TypeAlias = AsyncSession | AsyncConnection
 T = TypeVar("T")
 
 # SQLite's companions of the database file: it creates them with the database's mode.
@@ -168,42 +165,45 @@ def _read_here(engine: Engine, block: Callable[[Connection], T]) -> T:
         return block(connection)
 
 
-@contextlib.asynccontextmanager
-async def writing_alone(
-    sessions: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[AsyncConnection]:
-    """A connection for a write that is one statement, atomic by itself (an upsert, a
-    guarded UPDATE or DELETE): on a server database it commits by itself, one round
-    trip where a transaction around it makes three (BEGIN, the statement, COMMIT). On
-    SQLite, where a write always begins a transaction, it is committed on the way out."""
-    engine = _engine(sessions)
-    if engine.dialect.name == "sqlite":
-        async with _lent(engine) as connection:
-            yield connection
-            await connection.commit()
-    else:
-        async with _lent(engine) as connection:
-            await connection.execution_options(isolation_level="AUTOCOMMIT")
-            yield connection
+async def write_alone(
+    sessions: async_sessionmaker[AsyncSession], block: Callable[[Connection], T]
+) -> T:
+    """What `block` answers of a write that is one statement, atomic by itself (an
+    upsert, a guarded UPDATE or DELETE), in one greenlet as `read` does: on a server
+    database it commits by itself, one round trip where a transaction around it makes
+    three (BEGIN, the statement, COMMIT). On SQLite, where a write always begins a
+    transaction, it is committed after `block`."""
+    return await greenlet_spawn(_write_alone_here, _engine(sessions).sync_engine, block)
 
 
-@contextlib.asynccontextmanager
-async def short_transaction(
-    sessions: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[AsyncConnection]:
-    """A connection for a transaction of a few indexed single-row statements (a message
-    stored, a part marked sent), committed by the caller and rolled back if it is not.
-    No ORM session around it: opening, committing and closing one took a sixth of a
-    Telegram turn's writes (bench/README.md, stop 45). On SQLite its statements after the first
-    write run on the event loop's thread: the lock they could wait for is theirs by
-    then (`sqlite_trips`); the first write and the commit keep their trips."""
-    engine = _engine(sessions)
-    async with _lent(engine) as connection:
-        if engine.dialect.name == "sqlite":
-            with writes_inline(connection):
-                yield connection
-        else:
-            yield connection
+def _write_alone_here(engine: Engine, block: Callable[[Connection], T]) -> T:
+    with engine.connect() as connection:
+        if engine.dialect.name != "sqlite":
+            connection.execution_options(isolation_level="AUTOCOMMIT")
+            return block(connection)
+        done = block(connection)
+        connection.commit()
+        return done
+
+
+async def write_transaction(
+    sessions: async_sessionmaker[AsyncSession], block: Callable[[Connection], T]
+) -> T:
+    """What `block` answers of a transaction of a few indexed single-row statements (a
+    message stored, a part marked sent), committed after `block` and rolled back if it
+    raises; in one greenlet, as `read` does, on a Core connection: an ORM session's
+    opening, commit and close took a sixth of a Telegram turn's writes (bench/README.md,
+    stop 45). On SQLite its statements after the first write run on the event loop's
+    thread: the lock they could wait for is theirs by then (`sqlite_trips`); the first
+    write and the commit keep their trips."""
+    return await greenlet_spawn(_transaction_here, _engine(sessions).sync_engine, block)
+
+
+def _transaction_here(engine: Engine, block: Callable[[Connection], T]) -> T:
+    with engine.connect() as connection, writes_inline(connection):
+        done = block(connection)
+        connection.commit()
+        return done
 
 
 @contextlib.asynccontextmanager
@@ -238,15 +238,8 @@ def _closes_at_once(engine: AsyncEngine, connection: AsyncConnection) -> bool:
     raw = connection.sync_connection.connection.dbapi_connection
     if isinstance(raw, OneTripConnection):
         return not raw.in_transaction  # SQLite begins one only before a write
-    # A server database's connection in autocommit (`reading`, `writing_alone`).
+    # A server database's connection in autocommit (`reading`).
     return bool(getattr(raw, "autocommit", False))
-
-
-def dialect_of(executes: Executes) -> str:
-    """The database `executes` talks to: "sqlite" or "postgresql"."""
-    if isinstance(executes, AsyncConnection):
-        return executes.dialect.name
-    return executes.get_bind().dialect.name
 
 
 def _engine(sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:

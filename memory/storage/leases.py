@@ -20,9 +20,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, delete, or_, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.engine import Executes, writing_alone
+from memory.storage.engine import write_alone
 from memory.storage.inserts import dialect_insert
 from memory.storage.tables import LEASES
 
@@ -76,11 +77,11 @@ class Held:
     holder: str
 
 
-async def lock_held(session: Executes, held: Held, now: datetime) -> None:
+def lock_held(connection: Connection, held: Held, now: datetime) -> None:
     """Raise `LeaseLost` unless `held` is still ours; if it is, lock it until commit, so
     nobody can take it over (once expired) before this transaction is done."""
-    locked = await session.execute(_LOCK, {"lease": held.name, "me": held.holder, "now": now})
-    if locked.rowcount != 1:  # type: ignore[attr-defined]
+    locked = connection.execute(_LOCK, {"lease": held.name, "me": held.holder, "now": now})
+    if locked.rowcount != 1:
         raise LeaseLost(held.name)
 
 
@@ -102,24 +103,19 @@ class Leases:
         of the work, kept with the lease (cut to fit)."""
         now = self._now()
         state = None if state is None else state[:STATE_CHARS]
-        async with writing_alone(self._sessions) as connection:
-            taken = await connection.execute(
-                _take(connection.dialect.name),
-                {"lease": name, "me": self.holder, "now": now, "until": now + ttl, "said": state},
-            )
-            return taken.first() is not None
+        params = {"lease": name, "me": self.holder, "now": now, "until": now + ttl, "said": state}
+        return await write_alone(
+            self._sessions,
+            lambda c: c.execute(_take(c.dialect.name), params).first() is not None,
+        )
 
     async def renew(self, name: str, ttl: timedelta, *, state: str | None = None) -> bool:
         """Extend `name` by `ttl` if it is still ours and has not expired; False: lost
         (lapsed, or taken by another holder), and a holder must stop."""
         now = self._now()
         state = None if state is None else state[:STATE_CHARS]
-        async with writing_alone(self._sessions) as connection:
-            renewed = await connection.execute(
-                _RENEW,
-                {"lease": name, "me": self.holder, "now": now, "until": now + ttl, "said": state},
-            )
-            return bool(renewed.rowcount)
+        params = {"lease": name, "me": self.holder, "now": now, "until": now + ttl, "said": state}
+        return await write_alone(self._sessions, lambda c: bool(c.execute(_RENEW, params).rowcount))
 
     def now(self) -> datetime:
         """The time leases are written with: a holder counts its lease's expiry by it."""
@@ -129,5 +125,5 @@ class Leases:
         return Held(name, self.holder)
 
     async def release(self, name: str) -> None:
-        async with writing_alone(self._sessions) as connection:
-            await connection.execute(_RELEASE, {"lease": name, "me": self.holder})
+        params = {"lease": name, "me": self.holder}
+        await write_alone(self._sessions, lambda c: c.execute(_RELEASE, params))

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, Select, Update, bindparam, func, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.model_usage import Usage, total
@@ -24,13 +25,7 @@ from memory.storage.attachments import (
     media_line,
     take_uploads,
 )
-from memory.storage.engine import (
-    Executes,
-    dialect_of,
-    read,
-    short_transaction,
-    writer_queue,
-)
+from memory.storage.engine import read, write_transaction, writer_queue
 from memory.storage.inserts import dialect_insert, skipping_insert
 from memory.storage.leases import Held, lock_held
 from memory.storage.models import (
@@ -175,25 +170,30 @@ class Messages:
         With `held`, the message is stored only while that lease is still ours
         (`LeaseLost` otherwise): a turn that lost its conversation stores no reply.
         """
+        tokens = self._count_tokens(new.text)
+
         # One transaction (seq, insert, redelivery): split, the seq could be reserved
         # by one statement and used by another's.
-        async with self._writers, short_transaction(self._sessions) as connection:
+        def store(connection: Connection) -> StoredMessage | None:
             if held is not None:
-                await lock_held(connection, held, now)
-            stored = await store_message(
-                connection, conversation_id, new, self._count_tokens(new.text), now
-            )
-            if stored is not None:
-                if new.attachment_ids:
-                    # `UploadNotFound` leaves the transaction uncommitted: nothing stored.
-                    stored = await _with_uploads(connection, stored, new)
-                if new.platform_files:
-                    stored = await _with_platform_files(connection, stored, new, now)
-                if new.usage and new.payer is not None:
-                    await charge(connection, new.payer, UsageKind.TURN, new.usage, now)
-                await connection.commit()
-                return stored, True
-            await connection.rollback()
+                lock_held(connection, held, now)
+            stored = store_message(connection, conversation_id, new, tokens, now)
+            if stored is None:
+                connection.rollback()  # the seq goes back
+                return None
+            if new.attachment_ids:
+                # `UploadNotFound` leaves the transaction uncommitted: nothing stored.
+                stored = _with_uploads(connection, stored, new)
+            if new.platform_files:
+                stored = _with_platform_files(connection, stored, new, now)
+            if new.usage and new.payer is not None:
+                charge(connection, new.payer, UsageKind.TURN, new.usage, now)
+            return stored
+
+        async with self._writers:
+            stored = await write_transaction(self._sessions, store)
+        if stored is not None:
+            return stored, True
         existing = None
         if new.platform_message_id is not None:
             existing = await self.by_platform_id(new.channel, new.platform_message_id)
@@ -210,7 +210,7 @@ class Messages:
         day's tokens are spent and they were told so)."""
         async with self._writers, self._sessions() as session:
             if held is not None:
-                await lock_held(session, held, now)
+                await session.run_sync(lambda s: lock_held(s.connection(), held, now))
             await session.execute(
                 update(Conversation)
                 .where(Conversation.id == conversation_id, Conversation.answered_seq < upto)
@@ -363,10 +363,10 @@ def _pending(row: Any) -> PendingReply:
     )
 
 
-async def store_message(
-    session: Executes, conversation_id: uuid.UUID, new: NewMessage, tokens: int, now: datetime
+def store_message(
+    connection: Connection, conversation_id: uuid.UUID, new: NewMessage, tokens: int, now: datetime
 ) -> StoredMessage | None:
-    """Store a message under the conversation's next seq, in `session`'s transaction;
+    """Store a message under the conversation's next seq, in `connection`'s transaction;
     None if its platform id is stored already (roll back: the seq was reserved).
     `ConversationGone` if the conversation is gone (erased while a turn ran)."""
     # The UPDATE takes the conversation's write lock first, so concurrent inserts into
@@ -374,19 +374,18 @@ async def store_message(
     is_user, answers = new.role is Role.USER, new.reply_to_seq is not None
     taking = {"conversation": conversation_id, "answered": new.reply_to_seq, "at": now}
     values = _row(conversation_id, new, tokens, now)
-    dialect = dialect_of(session)
+    dialect = connection.dialect.name
     if dialect == "postgresql":
         taking_and_storing = _seq_and_insert(is_user, answers, tuple(values))
         named = {f"new_{key}": value for key, value in values.items()}
-        row = await session.execute(taking_and_storing, {**taking, **named})
-        stored = row.one_or_none()
+        stored = connection.execute(taking_and_storing, {**taking, **named}).one_or_none()
         if stored is None and new.platform_message_id is None:
             raise ConversationGone(conversation_id)  # nothing else could skip the insert
     else:
-        seq = (await session.execute(_next_seq(is_user, answers), taking)).scalar_one_or_none()
+        seq = connection.execute(_next_seq(is_user, answers), taking).scalar_one_or_none()
         if seq is None:
             raise ConversationGone(conversation_id)
-        stored = (await session.execute(_insert(dialect), {**values, "seq": seq})).one_or_none()
+        stored = connection.execute(_insert(dialect), {**values, "seq": seq}).one_or_none()
     return None if stored is None else StoredMessage(*stored)
 
 
@@ -513,20 +512,20 @@ def _usage_columns(usage: tuple[Usage, ...]) -> dict[str, int | None]:
     }
 
 
-async def _with_platform_files(
-    session: Executes, stored: StoredMessage, new: NewMessage, now: datetime
+def _with_platform_files(
+    connection: Connection, stored: StoredMessage, new: NewMessage, now: datetime
 ) -> StoredMessage:
     """The message with the files a platform holds for it, told in its `media` as
     still being fetched."""
-    media = await add_platform_files(session, stored.id, new.platform_files, now)
+    media = add_platform_files(connection, stored.id, new.platform_files, now)
     media = f"{stored.media}\n{media}" if stored.media else media
-    await session.execute(update(Message).where(Message.id == stored.id).values(media=media))
+    connection.execute(update(Message).where(Message.id == stored.id).values(media=media))
     return replace(stored, media=media)
 
 
-async def _with_uploads(session: Executes, stored: StoredMessage, new: NewMessage) -> StoredMessage:
+def _with_uploads(connection: Connection, stored: StoredMessage, new: NewMessage) -> StoredMessage:
     """The message with the files its sender uploaded for it, told in its `media`."""
-    taken = await take_uploads(session, new.identity_id, stored.id, new.attachment_ids)
+    taken = take_uploads(connection, new.identity_id, stored.id, new.attachment_ids)
     media = "\n".join(media_line(view) for view in taken)
-    await session.execute(update(Message).where(Message.id == stored.id).values(media=media))
+    connection.execute(update(Message).where(Message.id == stored.id).values(media=media))
     return replace(stored, media=media)

@@ -343,12 +343,10 @@ class Schedules:
             if not taken.rowcount:  # type: ignore[attr-defined]
                 await session.rollback()
                 return None
-            stored = await store_message(
-                session,
-                held.schedule.conversation_id,
-                message,
-                self._count_tokens(message.text),
-                now,
+            tokens = self._count_tokens(message.text)
+            conversation_id = held.schedule.conversation_id
+            stored = await session.run_sync(
+                lambda s: store_message(s.connection(), conversation_id, message, tokens, now)
             )
             if stored is None:
                 await session.rollback()
@@ -395,12 +393,11 @@ class Schedules:
             )
             stored = None
             if firing.message is not None:
-                stored = await store_message(
-                    session,
-                    schedule.conversation_id,
-                    firing.message,
-                    self._count_tokens(firing.message.text),
-                    now,
+                message, tokens = firing.message, self._count_tokens(firing.message.text)
+                stored = await session.run_sync(
+                    lambda s: store_message(
+                        s.connection(), schedule.conversation_id, message, tokens, now
+                    )
                 )
                 if stored is not None:
                     await session.execute(

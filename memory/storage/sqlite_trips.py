@@ -215,7 +215,7 @@ def reads_inline(connection: AsyncConnection | Connection) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def writes_inline(connection: AsyncConnection) -> Iterator[None]:
+def writes_inline(connection: AsyncConnection | Connection) -> Iterator[None]:
     """While open, the statements of `connection`'s transaction after its first write
     run on the calling thread: the first write (which may wait for the lock) and the
     commit (which may checkpoint) keep the trip. For transactions of a few indexed

@@ -15,10 +15,10 @@ from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.model_usage import Usage
-from memory.storage.engine import Executes, dialect_of
 from memory.storage.inserts import dialect_insert
 from memory.storage.models import Conversation, ConversationKind, UsageDay, UsageKind, User
 from memory.storage.tables import USAGE_DAYS
@@ -73,16 +73,16 @@ async def payer_of(session: AsyncSession, conversation_id: uuid.UUID) -> Payer |
     return payer_for(conversation_id, user_id, kind == ConversationKind.GROUP, timezone or "UTC")
 
 
-async def charge(
-    session: Executes, payer: Payer, kind: UsageKind, usage: Sequence[Usage], now: datetime
+def charge(
+    connection: Connection, payer: Payer, kind: UsageKind, usage: Sequence[Usage], now: datetime
 ) -> None:
-    """Add `usage` to the payer's day, in `session`'s transaction (one row per model)."""
+    """Add `usage` to the payer's day, in `connection`'s transaction (one row per model)."""
     by_model: dict[str, list[Usage]] = {}
     for call in usage:
         by_model.setdefault(call.model, []).append(call)
     for model, calls in by_model.items():
-        await _add(
-            session,
+        _add(
+            connection,
             {
                 "day": payer.day(now),
                 "subject": payer.subject,
@@ -106,16 +106,20 @@ async def move_usage(session: AsyncSession, absorbed: uuid.UUID, survivor: uuid.
         for row in rows
     ]
     await session.execute(delete(UsageDay).where(UsageDay.subject == absorbed))
-    for row in moved:
-        await _add(session, row)
+    await session.run_sync(lambda s: _add_all(s.connection(), moved))
 
 
 _COLUMNS = ("day", "subject", "kind", "model", "group", "calls", "prompt", "cached", "completion")
 
 
-async def _add(session: Executes, row: dict[str, object]) -> None:
+def _add_all(connection: Connection, rows: Sequence[dict[str, object]]) -> None:
+    for row in rows:
+        _add(connection, row)
+
+
+def _add(connection: Connection, row: dict[str, object]) -> None:
     """Add `row`'s counts to its day's row, making it if there is none."""
-    await session.execute(_adding(dialect_of(session)), row)
+    connection.execute(_adding(connection.dialect.name), row)
 
 
 @functools.cache
@@ -149,7 +153,7 @@ class UsageLedger:
         async with self._sessions() as session:
             payer = await payer_of(session, conversation_id)
             if payer is not None:
-                await charge(session, payer, kind, usage, now)
+                await session.run_sync(lambda s: charge(s.connection(), payer, kind, usage, now))
                 await session.commit()
 
     async def charge_person(
@@ -160,7 +164,8 @@ class UsageLedger:
         async with self._sessions() as session:
             timezone = await session.scalar(select(User.timezone).where(User.id == user_id))
             if timezone is not None:
-                await charge(session, Payer(user_id, False, timezone), kind, usage, now)
+                payer = Payer(user_id, False, timezone)
+                await session.run_sync(lambda s: charge(s.connection(), payer, kind, usage, now))
                 await session.commit()
 
     async def payer(self, conversation_id: uuid.UUID) -> tuple[Payer, int | None] | None:
