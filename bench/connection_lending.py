@@ -1,13 +1,14 @@
-"""What lending a connection for one short read costs, three ways, alternated in one
+"""What lending a connection for one short read costs, two ways, alternated in one
 process:
 
 - "one greenlet" (as shipped since stop 46): `Deliveries.address` through
-  `memory.storage.engine.read`, which on SQLite lends the connection, reads and returns
-  it in one greenlet;
-- "at once": the same SELECT on an `AsyncConnection` from `reading()`, closed at once
-  where that waits for nothing (as shipped in stop 45): three greenlets a read;
-- "shielded": that, closed SQLAlchemy's own way, in a task of its own shielded from
-  cancellation (before stop 45): `_closes_at_once` patched to say no.
+  `memory.storage.engine.read`, which lends the connection, reads and gives it back in
+  one greenlet;
+- "async connection" (before): the same SELECT on an `AsyncConnection` lent as the
+  gateway lent them before stop 45 (`async with engine.connect()`, the reads on the
+  event loop's thread on SQLite, in autocommit on Postgres): a greenlet for each of
+  its three calls, and SQLAlchemy's exit, which closes in a task of its own shielded
+  from cancellation.
 
     python -m bench.connection_lending [--reads N] [--blocks B] [--database-url URL] [--json]
 
@@ -15,9 +16,8 @@ One database (SQLite in a temporary directory unless `--database-url` names a
 PostgreSQL one, brought to head, to which one person is added), the repositories as the
 gateway opens them. A read is the chat address every answer looks up: one indexed
 SELECT. The ways alternate in blocks of `--reads` reads (`--blocks` each), so drift on
-a noisy machine hits all alike. The figures that count are the ratios of the medians of
-the blocks' CPU per read. On Postgres, `read` lends a `reading()` connection, so the
-first two ways differ only by `run_sync`.
+a noisy machine hits both alike. The figure that counts is the ratio of the medians of
+the blocks' CPU per read.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ import contextlib
 import json
 import statistics
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from unittest import mock
 
-import memory.storage.engine as storage_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from bench.memory_support import (
     backend,
     log_to_devnull,
@@ -48,10 +48,11 @@ from bench.memory_support import (
 from memory.storage.deliveries import _ADDRESS
 from memory.storage.engine import session_factory
 from memory.storage.repositories import Repositories
+from memory.storage.sqlite_trips import reads_inline
 from memory.token_count import message_tokens
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-WAYS = ("one greenlet", "at once", "shielded")
+WAYS = ("one greenlet", "async connection")
 
 
 @dataclass
@@ -81,30 +82,26 @@ def parse_args(argv: list[str] | None = None) -> Options:
 Read = Callable[[], Awaitable[object]]
 
 
-def reader(name: str, repos: Repositories, ref: Any) -> Read:
+def reader(name: str, repos: Repositories, ref: Any, engine: AsyncEngine) -> Read:
     if name == "one greenlet":
         return lambda: repos.deliveries.address(ref.conversation_id, ref.identity_id)
-    sessions = repos.deliveries._sessions  # the bench's own look inside
     params = {"conversation_id": ref.conversation_id, "identity_id": ref.identity_id}
 
     async def lent() -> object:
-        async with storage_engine.reading(sessions) as connection:
+        async with engine.connect() as connection:
+            if engine.dialect.name == "sqlite":
+                with reads_inline(connection):
+                    return (await connection.execute(_ADDRESS, params)).one_or_none()
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
             return (await connection.execute(_ADDRESS, params)).one_or_none()
 
     return lent
 
 
-@contextlib.contextmanager
-def way(name: str) -> Iterator[None]:
-    if name != "shielded":
-        yield
-        return
-    with mock.patch.object(storage_engine, "_closes_at_once", return_value=False):
-        yield
-
-
 @contextlib.asynccontextmanager
-async def world(database_url: str | None) -> AsyncIterator[tuple[Repositories, Any, str]]:
+async def world(
+    database_url: str | None,
+) -> AsyncIterator[tuple[Repositories, Any, str, AsyncEngine]]:
     async with scratch_dir("parley-lending-") as scratch:
         url = normalise_url(database_url) if database_url else sqlite_url(scratch / "lend.db")
         engine = await migrated_engine(url)
@@ -115,7 +112,7 @@ async def world(database_url: str | None) -> AsyncIterator[tuple[Repositories, A
             ref = await repos.identities.resolve_identity(
                 "telegram", "4242", display_name="Ana", timezone="UTC", now=NOW
             )
-            yield repos, ref, backend(url)
+            yield repos, ref, backend(url), engine
         finally:
             await engine.dispose()
 
@@ -124,19 +121,17 @@ async def run(options: Options) -> dict[str, Any]:
     log_to_devnull()
     facts = machine()
     ways = {name: Way(name) for name in WAYS}
-    async with world(options.database_url) as (repos, ref, database):
-        reads = {name: reader(name, repos, ref) for name in WAYS}
+    async with world(options.database_url) as (repos, ref, database, engine):
+        reads = {name: reader(name, repos, ref, engine) for name in WAYS}
         for name in WAYS:  # warm-up: connections opened, the statement compiled
-            with way(name):
-                for _ in range(options.reads // 4):
-                    await reads[name]()
+            for _ in range(options.reads // 4):
+                await reads[name]()
         for _ in range(options.blocks):
             for name in WAYS:
-                with way(name):
-                    cpu = time.process_time()
-                    for _ in range(options.reads):
-                        await reads[name]()
-                    ways[name].cpu_us.append((time.process_time() - cpu) / options.reads * 1e6)
+                cpu = time.process_time()
+                for _ in range(options.reads):
+                    await reads[name]()
+                ways[name].cpu_us.append((time.process_time() - cpu) / options.reads * 1e6)
     medians = {name: round(statistics.median(w.cpu_us), 1) for name, w in ways.items()}
     return {
         "command": "python -m bench.connection_lending",
@@ -146,8 +141,9 @@ async def run(options: Options) -> dict[str, Any]:
         "blocks": options.blocks,
         "blocks_per_way": {name: w.cpu_us for name, w in ways.items()},
         "median_cpu_us": medians,
-        "one_greenlet_over_at_once_cpu": round(medians["one greenlet"] / medians["at once"], 3),
-        "at_once_over_shielded_cpu": round(medians["at once"] / medians["shielded"], 3),
+        "one_greenlet_over_async_connection_cpu": round(
+            medians["one greenlet"] / medians["async connection"], 3
+        ),
     }
 
 
@@ -157,9 +153,9 @@ def render(result: dict[str, Any]) -> str:
         f"{result['database']}: {result['reads']} reads a block, {result['blocks']} blocks a way"
     )
     for name, cpu_us in result["median_cpu_us"].items():
-        lines.append(f"{name:12} CPU {cpu_us:7.1f} µs a read (median of the blocks)")
-    lines.append(f"one greenlet/at once CPU: ×{result['one_greenlet_over_at_once_cpu']}")
-    lines.append(f"at once/shielded CPU: ×{result['at_once_over_shielded_cpu']}")
+        lines.append(f"{name:16} CPU {cpu_us:7.1f} µs a read (median of the blocks)")
+    ratio = result["one_greenlet_over_async_connection_cpu"]
+    lines.append(f"one greenlet/async connection CPU: ×{ratio}")
     return "\n".join(lines)
 
 

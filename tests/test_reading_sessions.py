@@ -1,4 +1,4 @@
-"""Reads on their own connection (`reading`): no transaction is begun for them (on
+"""Reads on their own connection (`read`): no transaction is begun for them (on
 Postgres no BEGIN and no ROLLBACK), and nothing of that reaches the sessions that write
 after them on the same connection."""
 
@@ -8,16 +8,17 @@ import uuid
 from typing import Any
 
 from sqlalchemy import func, insert, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.engine import reading
+from memory.storage.engine import read
 from memory.storage.models import utcnow
 from memory.storage.tables import USERS
 
 
-async def _in_transaction(connection: AsyncConnection) -> bool:
+def _in_transaction(connection: Connection) -> bool:
     """Whether the driver's connection has a transaction open."""
-    driver: Any = (await connection.get_raw_connection()).driver_connection
+    driver: Any = connection.connection.driver_connection
     if hasattr(driver, "is_in_transaction"):  # asyncpg
         return bool(driver.is_in_transaction())
     return bool(driver.in_transaction)  # aiosqlite
@@ -31,15 +32,16 @@ async def test_a_reader_begins_nothing_and_a_writer_after_it_can_roll_back(
         await session.execute(insert(USERS), row)
         await session.commit()
 
-    async with reading(sessions) as connection:
-        assert await connection.scalar(select(USERS.c.display_name)) == "Ada"
-        assert not await _in_transaction(connection)
+    def name_read(connection: Connection) -> tuple[Any, bool]:
+        return connection.scalar(select(USERS.c.display_name)), _in_transaction(connection)
+
+    assert await read(sessions, name_read) == ("Ada", False)
 
     # The pool hands the same connection out again: its statements are in a
     # transaction once more, and a rollback undoes them.
     async with sessions() as session:
         await session.execute(insert(USERS), {**row, "id": uuid.uuid4(), "display_name": "Bo"})
-        assert await _in_transaction(await session.connection())
+        assert await session.run_sync(lambda s: _in_transaction(s.connection()))
         await session.rollback()
-    async with reading(sessions) as connection:
-        assert await connection.scalar(select(func.count()).select_from(USERS)) == 1
+    count = select(func.count()).select_from(USERS)
+    assert await read(sessions, lambda c: c.scalar(count)) == 1

@@ -20,7 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionma
 from memory.storage.engine import (
     create_engine,
     read,
-    reading,
     session_factory,
     write_alone,
     write_transaction,
@@ -134,17 +133,20 @@ async def _on_each_connection(engine: AsyncEngine, name: str, function: Callable
 async def test_a_short_read_runs_on_the_event_loops_thread(engine: AsyncEngine) -> None:
     await _on_each_connection(engine, "thread_id", threading.get_ident)
     here = threading.get_ident()
-    async with reading(session_factory(engine)) as conn:
-        trips = await _counting(conn)
-        assert await conn.scalar(text("SELECT thread_id()")) == here
-        assert (await conn.execute(text("SELECT count(*) FROM notes"))).scalar() == 0
+
+    def reads_then_writes(conn: Connection) -> None:
+        trips = _counting_on(conn.connection.driver_connection)
+        assert conn.scalar(text("SELECT thread_id()")) == here
+        assert conn.execute(text("SELECT count(*) FROM notes")).scalar() == 0
         assert trips() == 0
         # A write may wait for the lock: the thread; and so, inside its
         # transaction, does a read.
-        await conn.execute(text("INSERT INTO notes (body) VALUES ('x')"))
+        conn.execute(text("INSERT INTO notes (body) VALUES ('x')"))
         assert trips() == 1
-        assert await conn.scalar(text("SELECT thread_id()")) != here
+        assert conn.scalar(text("SELECT thread_id()")) != here
         assert trips() == 2
+
+    await read(session_factory(engine), reads_then_writes)
     async with engine.connect() as conn:  # not lent for short reads: the thread
         trips = await _counting(conn)
         assert await conn.scalar(text("SELECT thread_id()")) != here
@@ -256,15 +258,10 @@ async def test_another_writer_waits_for_an_inline_transaction_to_commit(
 
 
 async def test_every_connection_lent_goes_back_to_the_pool(engine: AsyncEngine) -> None:
-    """Closed at once when nothing is left for the thread to end, in SQLAlchemy's own
-    shielded way otherwise: either way the pool has it back, and what was not committed
-    is not kept."""
+    """Whether the block succeeded or failed, the pool has its connection back, and what
+    was not committed is not kept."""
     sessions = session_factory(engine)
-    async with reading(sessions) as conn:
-        assert await conn.scalar(text("SELECT count(*) FROM notes")) == 0
-    with pytest.raises(OperationalError):
-        async with reading(sessions) as conn:
-            await conn.execute(text("SELECT nothing FROM nowhere"))
+    assert await read(sessions, lambda c: c.scalar(text("SELECT count(*) FROM notes"))) == 0
     await write_alone(
         sessions, lambda c: c.execute(text("INSERT INTO notes (body) VALUES ('kept')"))
     )
@@ -284,24 +281,27 @@ async def test_every_connection_lent_goes_back_to_the_pool(engine: AsyncEngine) 
 
     pool: Any = engine.pool
     assert pool.checkedout() == 0
-    async with reading(sessions) as conn:
-        assert (await conn.execute(text("SELECT body FROM notes"))).scalars().all() == ["kept"]
+    bodies = await read(sessions, lambda c: c.scalars(text("SELECT body FROM notes")).all())
+    assert bodies == ["kept"]
 
 
 async def test_a_connection_beyond_the_pools_size_is_closed_and_counted_out(
     engine: AsyncEngine,
 ) -> None:
     """Beyond its size, the pool closes a connection it has no room for, which waits for
-    the connection's thread: connections are closed SQLAlchemy's own, shielded way then."""
+    the connection's thread: a read's block waits for it too, and nothing is left open."""
     sessions = session_factory(engine)
     pool: Any = engine.pool
     held = [await engine.connect() for _ in range(pool.size())]
     try:
         for conn in held:
             await conn.scalar(text("SELECT 1"))  # checked out for real
-        async with reading(sessions) as conn:
+
+        def beyond(conn: Connection) -> Any:
             assert pool.overflow() == 1
-            assert await conn.scalar(text("SELECT count(*) FROM notes")) == 0
+            return conn.scalar(text("SELECT count(*) FROM notes"))
+
+        assert await read(sessions, beyond) == 0
     finally:
         for conn in held:
             await conn.close()

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, func, or_, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
@@ -37,7 +38,7 @@ from memory.archive.reads import (
 from memory.archive.timeline import timeline_roots, visible_rows
 from memory.archive.transcript import render_transcript
 from memory.provenance import dialogue
-from memory.storage.engine import reading
+from memory.storage.engine import read
 from memory.storage.live_window import bump_live_version
 from memory.storage.messages import MESSAGE_COLUMNS, message_view
 from memory.storage.models import Chunk, ChunkStatus, Conversation, Message, User
@@ -118,12 +119,13 @@ class Archive(ArchiveReads):
         timeline. True if anything moved."""
         # Mostly there is nothing to swap: then the timeline is read on a plain
         # connection, without the transaction a swap needs.
-        async with reading(self._sessions) as connection:
-            roots = await timeline_roots(connection, conversation_id)
-            if not _ready_to_swap(roots):
-                return False, await visible_rows(connection, roots)
+        unswapped = await read(self._sessions, lambda c: _unless_swap_due(c, conversation_id))
+        if unswapped is not None:
+            return False, unswapped
         async with self._sessions() as session:
-            roots = await timeline_roots(session, conversation_id)
+            roots = await session.run_sync(
+                lambda s: timeline_roots(s.connection(), conversation_id)
+            )
             ready = _ready_to_swap(roots)
             for chunk in ready:
                 await session.execute(
@@ -144,14 +146,16 @@ class Archive(ArchiveReads):
                     .values(in_timeline=True)
                 )
                 await session.commit()
-            rows = await visible_rows(session, roots, swapped={chunk.id for chunk in ready})
+            swapped = {chunk.id for chunk in ready}
+            rows = await session.run_sync(lambda s: visible_rows(s.connection(), roots, swapped))
         return bool(ready), rows
 
     async def timeline(self, conversation_id: uuid.UUID) -> list[ChunkView]:
         """The rows the model sees, oldest first: every ready chunk in the timeline
         whose parent is not ready yet."""
-        async with self._sessions() as session:
-            return await visible_rows(session, await timeline_roots(session, conversation_id))
+        return await read(
+            self._sessions, lambda c: visible_rows(c, timeline_roots(c, conversation_id))
+        )
 
     # -- roll-ups (in jobs) -----------------------------------------------------------
 
@@ -445,6 +449,12 @@ def _held_by(chunk_id: int, attempt: int) -> tuple[ColumnElement[bool], ...]:
     """The chunk still needs the summary of claim number `attempt`: each claim counts
     an attempt, so a later claim (after the lease lapsed) fences out the earlier one."""
     return (Chunk.id == chunk_id, Chunk.status != ChunkStatus.READY, Chunk.attempts == attempt)
+
+
+def _unless_swap_due(connection: Connection, conversation_id: uuid.UUID) -> list[ChunkView] | None:
+    """The timeline, unless a chunk is ready to be swapped in (None)."""
+    roots = timeline_roots(connection, conversation_id)
+    return None if _ready_to_swap(roots) else visible_rows(connection, roots)
 
 
 def _ready_to_swap(roots: list[Any]) -> list[Any]:

@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from sqlalchemy import bindparam, or_, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.engine import Connection
 
 from memory.archive.reads import ChunkView, chunk_view
 from memory.storage.models import Chunk, ChunkStatus
@@ -33,9 +33,6 @@ TIMELINE_COLUMNS = tuple(
         Chunk.in_timeline,
     )
 )
-# A session, or a plain connection (`reading`).
-Reader = AsyncSession | AsyncConnection
-
 _ROOTS = select(*TIMELINE_COLUMNS).where(
     CHUNKS.c.conversation_id == bindparam("conversation_id"), CHUNKS.c.parent_id.is_(None)
 )
@@ -45,20 +42,20 @@ _READY_CHILDREN = select(*TIMELINE_COLUMNS).where(
 )
 
 
-async def timeline_roots(session: Reader, conversation_id: uuid.UUID) -> list[Any]:
+def timeline_roots(connection: Connection, conversation_id: uuid.UUID) -> list[Any]:
     # Unswapped and pending chunks are always roots, and each level keeps only a few:
     # the same cost for a thousand archived messages as for a million. Plain rows,
     # not ORM objects: this runs every turn.
-    return list(await session.execute(_ROOTS, {"conversation_id": conversation_id}))
+    return list(connection.execute(_ROOTS, {"conversation_id": conversation_id}))
 
 
-async def visible_rows(
-    session: Reader, roots: list[Any], swapped: set[int] | None = None
+def visible_rows(
+    connection: Connection, roots: list[Any], swapped: set[int] | None = None
 ) -> list[ChunkView]:
     """Ready rows in the timeline: roots, and the children of unfinished parents."""
     unfinished = [r.id for r in roots if not _summarised(r) and r.level > 0]
     children = (
-        list(await session.execute(_READY_CHILDREN, {"parents": unfinished})) if unfinished else []
+        list(connection.execute(_READY_CHILDREN, {"parents": unfinished})) if unfinished else []
     )
     swapped = swapped or set()
     shown = [

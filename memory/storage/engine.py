@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,18 +14,16 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
-    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
-from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, QueuePool
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 from sqlalchemy.util.concurrency import greenlet_spawn
 
 from memory.storage.files import create_private_file, private_dir, tighten
 from memory.storage.sqlite_trips import (
-    OneTripConnection,
     one_trip_dbapi,
     reads_inline,
     writes_inline,
@@ -62,7 +60,7 @@ def create_engine(url: str) -> AsyncEngine:
         max_overflow=10,
         pool_reset_on_return=None,
         module=one_trip_dbapi(),
-        # Short reads run on the event loop's thread (`reading`), the rest in the
+        # Short reads run on the event loop's thread (`read`), the rest in the
         # connection's own: one at a time, never both at once.
         connect_args={"check_same_thread": False},
     )
@@ -123,37 +121,23 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
 
 
-@contextlib.asynccontextmanager
-async def reading(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncConnection]:
-    """A connection of `sessions`' engine for short reads (indexed lookups, a bounded
-    page), without an ORM session around it: the reads on the hot paths are Core
-    statements, and a session's bookkeeping cost about as much as one of them. On a
-    server database its statements commit each by itself: no BEGIN before the first and
-    no ROLLBACK after the last, two of the round trips of every read. What it sees is
-    the same: at READ COMMITTED (the default, and what the gateway runs at) every
-    statement takes its own snapshot anyway. On SQLite, which begins no transaction for
-    a read, they run on the event loop's thread, without a trip to the connection's
-    (`sqlite_trips`)."""
-    engine = _engine(sessions)
-    async with _lent(engine) as connection:
-        if engine.dialect.name == "sqlite":
-            with reads_inline(connection):
-                yield connection
-        else:
-            await connection.execution_options(isolation_level="AUTOCOMMIT")
-            yield connection
-
-
 async def read(sessions: async_sessionmaker[AsyncSession], block: Callable[[Connection], T]) -> T:
-    """What `block` reads on a connection lent as by `reading`, its statements called
-    without `await`. On SQLite, where they run on the event loop's thread, the whole
-    block (the connection lent, its reads, its return) runs in one greenlet, where an
-    `AsyncConnection` starts one for each call: a new greenlet maps a fresh stack chunk
-    for its Python frames and unmaps it when it ends, 10 µs on CPython 3.11, and a
-    short read made three (bench/README.md, stop 46). Elsewhere the reads are one
-    greenlet on a `reading` connection."""
-    engine = _engine(sessions)
-    return await greenlet_spawn(_read_here, engine.sync_engine, block)
+    """What `block` reads (short reads: indexed lookups, a bounded page), on a Core
+    connection: the reads on the hot paths are Core statements, and an ORM session's
+    bookkeeping cost about as much as one of them.
+
+    On a server database its statements commit each by itself: no BEGIN before the first
+    and no ROLLBACK after the last, two of the round trips of every read. What it sees is
+    the same: at READ COMMITTED (the default, and what the gateway runs at) every
+    statement takes its own snapshot anyway. On SQLite, which begins no transaction for a
+    read, they run on the event loop's thread, without a trip to the connection's
+    (`sqlite_trips`).
+
+    Lending the connection, the reads and giving it back are one greenlet, where an
+    `AsyncConnection` starts one for each call: a new greenlet maps a fresh 16 KiB chunk
+    for its Python frames and unmaps it as it ends, about 10 µs on CPython 3.11, and a
+    short read made three (bench/README.md, stop 46)."""
+    return await greenlet_spawn(_read_here, _engine(sessions).sync_engine, block)
 
 
 def _read_here(engine: Engine, block: Callable[[Connection], T]) -> T:
@@ -204,42 +188,6 @@ def _transaction_here(engine: Engine, block: Callable[[Connection], T]) -> T:
         done = block(connection)
         connection.commit()
         return done
-
-
-@contextlib.asynccontextmanager
-async def _lent(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """`engine.connect()`, closed on the way out. SQLAlchemy's own exit closes in a task
-    of its own, shielded from cancellation, because closing may wait (a rollback, a
-    connection beyond the pool's size closed): two more turns of the event loop for
-    every connection, 40 of the 110 µs an empty `reading()` cost on SQLite. A close
-    that waits for nothing cannot be cut short: that one is done right here."""
-    connection = await engine.connect()
-    try:
-        yield connection
-    except BaseException as exc:
-        await connection.__aexit__(type(exc), exc, exc.__traceback__)
-        raise
-    if _closes_at_once(engine, connection):
-        await connection.close()
-    else:
-        await connection.__aexit__(None, None, None)
-
-
-def _closes_at_once(engine: AsyncEngine, connection: AsyncConnection) -> bool:
-    """Whether closing `connection` waits for nothing: the pool keeps it (it closes
-    those beyond its size) and the database has no transaction of it to end."""
-    pool = engine.pool
-    if not isinstance(pool, QueuePool) or pool.overflow() > 0:
-        return False
-    if connection.closed or connection.invalidated or connection.sync_connection is None:
-        return False
-    if not connection.in_transaction():
-        return True
-    raw = connection.sync_connection.connection.dbapi_connection
-    if isinstance(raw, OneTripConnection):
-        return not raw.in_transaction  # SQLite begins one only before a write
-    # A server database's connection in autocommit (`reading`).
-    return bool(getattr(raw, "autocommit", False))
 
 
 def _engine(sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:

@@ -46,6 +46,7 @@ _FIND_IDENTITY = (
         IDENTITIES.c.external_id == bindparam("external_id"),
     )
 )
+_EXTERNAL_ID = select(IDENTITIES.c.external_id).where(IDENTITIES.c.id == bindparam("identity_id"))
 
 
 class UnlinkStatus(StrEnum):
@@ -172,11 +173,8 @@ class Identities:
         """The platform address of an identity ('' when there is none)."""
         if identity_id is None:
             return ""
-        async with self._sessions() as session:
-            found = await session.scalar(
-                select(Identity.external_id).where(Identity.id == identity_id)
-            )
-        return found or ""
+        params = {"identity_id": identity_id}
+        return await read(self._sessions, lambda c: c.scalar(_EXTERNAL_ID, params)) or ""
 
     async def unlink(self, identity_id: uuid.UUID, *, now: datetime) -> UnlinkStatus:
         """Give the identity a person and a conversation of its own again.

@@ -9,7 +9,7 @@ below does all four in one trip. It is passed to the engine as its DBAPI module
 Server-side cursors (`stream()`) keep the library's own cursor.
 
 A connection lent for short reads (`reads_inline`: the hot paths' indexed lookups,
-`memory.storage.engine.reading`) runs its SELECTs on the event loop's own thread: a
+`memory.storage.engine.read`) runs its SELECTs on the event loop's own thread: a
 read outside a transaction waits for no lock a writer holds (WAL), so it takes as long
 as the statement, where the trip would cost four times that. A web chat turn makes
 five such reads: this took its trips from 12 to 7 and its CPU down by 7-8%
