@@ -338,3 +338,25 @@ async def test_a_block_of_reads_or_a_short_transaction_is_one_greenlet_with_the_
     )
     rows = await read(sessions, lambda c: c.execute(text("SELECT body FROM notes")).all())
     assert [row.body for row in rows] == ["only"]
+
+
+async def test_a_write_given_up_on_mid_trip_leaves_nothing_and_no_connection_out(
+    engine: AsyncEngine,
+) -> None:
+    """A block cancelled while its statement runs in the connection's thread (a
+    timeout): the connection is invalidated and closed inside the block's greenlet
+    once the statement ends, nothing of the block is committed, and the pool lends a
+    working connection next."""
+    gate = threading.Event()
+    await _on_each_connection(engine, "slow_body", lambda: "late" if gate.wait(10) else "")
+    sessions = session_factory(engine)
+    asyncio.get_running_loop().call_later(0.3, gate.set)  # the statement's length
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await write_alone(
+                sessions, lambda c: c.execute(text("INSERT INTO notes (body) VALUES (slow_body())"))
+            )
+    assert gate.is_set()  # given up on at 50 ms, but only once the statement ended
+    pool: Any = engine.pool
+    assert pool.checkedout() == 0
+    assert await read(sessions, lambda c: c.scalar(text("SELECT count(*) FROM notes"))) == 0
