@@ -168,16 +168,20 @@ def catch_up(rule: rrule | None, wall: datetime, now: datetime, zone: ZoneInfo) 
     wall-clock time after `now` (none for a one-off, or a repeat that has ended)."""
     if rule is None:
         return Catch(1, None)
+    # One walk through the due times: each `rule.after` walks them from the rule's
+    # start again, which made a week of a minutely repeat a minute of CPU.
+    due = rule.xafter(wall)
     passed = 1
-    following = rule.after(wall)
+    following = next(due, None)
     while following is not None and instant(following, zone) <= now and passed < MAX_COUNTED:
         passed += 1
-        following = rule.after(following)
+        following = next(due, None)
     if following is not None and instant(following, zone) <= now:
         # Counted enough: skip ahead to a little before now, then walk.
-        following = rule.after(wall_clock(now, zone) - timedelta(days=1))
+        due = rule.xafter(wall_clock(now, zone) - timedelta(days=1))
+        following = next(due, None)
         while following is not None and instant(following, zone) <= now:
-            following = rule.after(following)
+            following = next(due, None)
     return Catch(passed, following)
 
 
