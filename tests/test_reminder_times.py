@@ -3,7 +3,8 @@ the instants they fall on across daylight-saving changes, read with a fixed `now
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import itertools
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -142,3 +143,39 @@ def test_quiet_hours_wrap_midnight() -> None:
     assert day is not None
     assert day.ends(datetime(2027, 3, 2, 13, 0)) == datetime(2027, 3, 2, 14, 0)
     assert QuietHours.parse("") is None
+
+
+@pytest.mark.parametrize(
+    "repeat",
+    [
+        "FREQ=MINUTELY",
+        "FREQ=MINUTELY;INTERVAL=7;BYHOUR=9,10",
+        "FREQ=HOURLY;INTERVAL=5;BYDAY=MO,TH",
+        "FREQ=DAILY;INTERVAL=3;BYHOUR=8,20;BYMINUTE=15",
+        "FREQ=WEEKLY;INTERVAL=2;BYDAY=MO,FR;BYSETPOS=-1",
+        "FREQ=WEEKLY;INTERVAL=3;WKST=SU;BYDAY=SU,SA",
+        "FREQ=WEEKLY;UNTIL=20280301T000000",
+        "FREQ=MONTHLY;BYMONTHDAY=31",
+        "FREQ=DAILY;COUNT=400",
+    ],
+)
+def test_a_repeat_read_near_a_due_time_has_the_same_due_times_from_there(repeat: str) -> None:
+    start = datetime(2027, 1, 29, 9, 45, 30)  # a Friday, at an odd second
+    whole = read_repeat(repeat, start)
+    due = whole.after(datetime(2027, 11, 5, 13, 7), inc=True)
+    assert due is not None
+    for near in (due, due + timedelta(seconds=1), start - timedelta(days=1)):
+        near_rule = read_repeat(repeat, start, near=near)
+        expected = list(itertools.islice(whole.xafter(near, inc=True), 60))
+        assert list(itertools.islice(near_rule.xafter(near, inc=True), 60)) == expected
+        assert expected  # the rule has due times there to compare
+
+
+def test_a_minutely_repeat_a_year_old_starts_its_walk_near_the_due_time() -> None:
+    start = datetime(2027, 1, 1, 0, 0)
+    wall = datetime(2028, 1, 1, 0, 0)
+    rule = read_repeat("FREQ=MINUTELY", start, near=wall)
+    # The rule's own start moved up to the due time, so nothing walks the year before it.
+    assert str(rule).startswith("DTSTART:20280101T000000")
+    caught = catch_up(rule, wall, datetime(2027, 12, 31, 23, 0, 30, tzinfo=UTC), BERLIN)
+    assert (caught.passed, caught.following) == (1, datetime(2028, 1, 1, 0, 1))

@@ -124,7 +124,7 @@ class Firings:
             rule = (
                 None
                 if schedule.repeat is None
-                else read_repeat(schedule.repeat, parse_local(schedule.starts_local))
+                else read_repeat(schedule.repeat, parse_local(schedule.starts_local), near=wall)
             )
         except BadRepeat:  # imported from a file: fires this once, then is done
             log.warning("a reminder's repeat is unreadable", schedule_id=schedule.id)

@@ -32,6 +32,14 @@ _LOCAL_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%
 # How far ahead a reminder may be set, and how many missed due times are counted.
 MAX_AHEAD = timedelta(days=366 * 10)
 MAX_COUNTED = 1000
+# Repeats that step by a fixed span: their due times a whole number of steps after the
+# start are the same from any such start, whatever the BY parts filter out.
+_STEPS = {
+    "MINUTELY": timedelta(minutes=1),
+    "HOURLY": timedelta(hours=1),
+    "DAILY": timedelta(days=1),
+    "WEEKLY": timedelta(weeks=1),
+}
 
 
 class BadWhen(InputError):
@@ -126,8 +134,13 @@ def instant(wall: datetime, zone: ZoneInfo) -> datetime:
     return end if end.second == 0 else end.replace(second=0) + timedelta(minutes=1)
 
 
-def read_repeat(repeat: str, start: datetime) -> rrule:
-    """The RRULE `repeat` from the wall-clock time `start`; `BadRepeat` if it is none."""
+def read_repeat(repeat: str, start: datetime, near: datetime | None = None) -> rrule:
+    """The RRULE `repeat` from the wall-clock time `start`; `BadRepeat` if it is none.
+
+    With `near`, a rule whose due times from `near` on are those of the repeat: one that
+    steps by a fixed span and has no COUNT starts at its last whole step before `near`,
+    since walking to a due time walks every one from the start (a month of a minutely
+    repeat, 43,200 of them, took 100 ms a firing)."""
     text = repeat.strip()
     text = text[6:] if text.upper().startswith("RRULE:") else text
     parts = dict(part.partition("=")[::2] for part in text.upper().split(";") if part)
@@ -144,6 +157,10 @@ def read_repeat(repeat: str, start: datetime) -> rrule:
         raise BadRepeat(f"{text[:80]!r} is not an RRULE this gateway reads: {exc}") from None
     if not isinstance(rule, rrule):
         raise BadRepeat("one RRULE, without RDATE or EXRULE")
+    step = _STEPS.get(parts["FREQ"])
+    if near is not None and near > start and step is not None and "COUNT" not in parts:
+        step *= int(parts.get("INTERVAL", 1))
+        rule = rule.replace(dtstart=start + (near - start) // step * step)
     return rule
 
 
