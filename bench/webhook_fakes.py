@@ -29,7 +29,7 @@ import json
 import os
 import re
 import signal
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,7 @@ class State:
             {
                 "model_requests": len(self.llm.requests),
                 "telegram_calls": len(self.tg.calls),
+                "telegram_methods": Counter(call.method for call in self.tg.calls),
                 "whatsapp_reads": len(self.wa.reads),
                 "replies": replies,
             }

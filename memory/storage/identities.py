@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -10,10 +11,11 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.conversations import personal_conversation
-from memory.storage.engine import read, writer_queue
+from memory.storage.engine import read, write_transaction, writer_queue
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import Conversation, ConversationKind, Identity, User
 from memory.storage.tables import CONVERSATIONS, IDENTITIES, USERS
@@ -47,6 +49,64 @@ _FIND_IDENTITY = (
     )
 )
 _EXTERNAL_ID = select(IDENTITIES.c.external_id).where(IDENTITIES.c.id == bindparam("identity_id"))
+_NEW_USER = insert(USERS)
+_NEW_CONVERSATION = insert(CONVERSATIONS)
+
+
+@functools.cache
+def _new_identity(dialect: str) -> Any:
+    return skipping_insert(dialect, IDENTITIES).returning(IDENTITIES.c.id)
+
+
+@dataclass(frozen=True, slots=True)
+class _FirstContact:
+    """A sender seen for the first time: their person, identity and own conversation,
+    in one transaction of statements built once (an ORM session and statements built
+    each time made a first contact cost ten times a known sender's lookup)."""
+
+    channel: str
+    external_id: str
+    display_name: str
+    timezone: str
+    now: datetime
+
+    def create(self, connection: Connection) -> IdentityRef | None:
+        """The new identity; None (nothing written) if another message created it."""
+        user_id, conversation_id = uuid.uuid4(), uuid.uuid4()
+        connection.execute(
+            _NEW_USER,
+            {
+                "id": user_id,
+                "display_name": self.display_name,
+                "timezone": self.timezone,
+                "created_at": self.now,
+            },
+        )
+        identity_id = connection.scalar(
+            _new_identity(connection.dialect.name),
+            {
+                "id": uuid.uuid4(),
+                "channel": self.channel,
+                "external_id": self.external_id,
+                "user_id": user_id,
+                "display_name": self.display_name,
+                "created_at": self.now,
+            },
+        )
+        if identity_id is None:
+            connection.rollback()
+            return None
+        connection.execute(
+            _NEW_CONVERSATION,
+            {
+                "id": conversation_id,
+                "kind": ConversationKind.PERSONAL,
+                "user_id": user_id,
+                "title": self.display_name,
+                "created_at": self.now,
+            },
+        )
+        return IdentityRef(identity_id, user_id, conversation_id, self.timezone, self.display_name)
 
 
 class UnlinkStatus(StrEnum):
@@ -79,49 +139,16 @@ class Identities:
         found = await self._find_identity(channel, external_id)
         if found is not None:
             return found
-        user_id, conversation_id = uuid.uuid4(), uuid.uuid4()
-        async with self._writes, self._sessions() as session:
-            await session.execute(
-                insert(USERS),
-                {
-                    "id": user_id,
-                    "display_name": display_name,
-                    "timezone": timezone,
-                    "created_at": now,
-                },
-            )
-            identity_id = await session.scalar(
-                skipping_insert(session.get_bind().dialect.name, IDENTITIES).returning(
-                    IDENTITIES.c.id
-                ),
-                {
-                    "id": uuid.uuid4(),
-                    "channel": channel,
-                    "external_id": external_id,
-                    "user_id": user_id,
-                    "display_name": display_name,
-                    "created_at": now,
-                },
-            )
-            if identity_id is None:
-                # Two first messages raced; the other one created the identity.
-                await session.rollback()
-                found = await self._find_identity(channel, external_id)
-                if found is None:
-                    raise LookupError(f"identity {channel}:{external_id} vanished")
-                return found
-            await session.execute(
-                insert(CONVERSATIONS),
-                {
-                    "id": conversation_id,
-                    "kind": ConversationKind.PERSONAL,
-                    "user_id": user_id,
-                    "title": display_name,
-                    "created_at": now,
-                },
-            )
-            await session.commit()
-            return IdentityRef(identity_id, user_id, conversation_id, timezone, display_name)
+        first = _FirstContact(channel, external_id, display_name, timezone, now)
+        async with self._writes:
+            created = await write_transaction(self._sessions, first.create)
+        if created is not None:
+            return created
+        # Two first messages raced; the other one created the identity.
+        found = await self._find_identity(channel, external_id)
+        if found is None:
+            raise LookupError(f"identity {channel}:{external_id} vanished")
+        return found
 
     async def relabel(self, identity_id: uuid.UUID, display_name: str) -> None:
         """The identity is now called `display_name`; so are its person and their own
