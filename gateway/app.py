@@ -16,6 +16,7 @@ from gateway.http.errors import install_error_handlers
 from gateway.http.headers import SecurityHeaders
 from gateway.http.operators import OperatorAuth, sign_in_url
 from gateway.http.paging import Cursors
+from gateway.http.sockets import SocketPaths
 from gateway.llm import LLMProvider
 from gateway.secrets import signing_keys
 from gateway.services import Services
@@ -69,6 +70,14 @@ def create_app(
         },
     )
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(
+        SocketPaths,
+        endpoints={
+            path: endpoint
+            for connector in services.connectors
+            for path, endpoint in connector.sockets.items()
+        },
+    )
     # Unset, the web chat is for Parley's own pages: its socket refuses any other.
     app.add_middleware(WebchatCORS, origins=settings.webchat_allowed_origins)
     app.add_middleware(AccessLog)  # outermost: it sees every answer, 413s included

@@ -27,6 +27,7 @@ from gateway.channels.connector_settings import (
     WhatsAppSettings,
 )
 from gateway.channels.port import (
+    NO_SOCKETS,
     Capabilities,
     Clocked,
     Connector,
@@ -89,6 +90,7 @@ __all__ = [
     "GET_AND_HEAD",
     "MAX_INT64",
     "NAME_CHARS",
+    "NO_SOCKETS",
     "UPLOADS_PATH",
     "AccessRefused",
     "Asset",

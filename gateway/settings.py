@@ -196,6 +196,11 @@ class Settings(BaseSettings):
     upload_timeout_seconds: float = Field(default=120.0, gt=0)
     """A file uploaded (web chat) must arrive whole within this (408 past it): 20 MB over
     a slow phone line takes longer than any other body."""
+    websocket_ping_seconds: float = Field(default=30.0, ge=5, le=300)
+    """How often an open web chat socket is pinged. A peer that does not answer within 20 s
+    is closed, and the traffic keeps a proxy's idle timeout (60 s on nginx and on AWS load
+    balancers) from closing a quiet socket; each ping costs CPU, in proportion to the
+    sockets held."""
     # How long stopping may take: running turns finish, then pending replies go out;
     # what is left then is taken up again on the next start. Open connections get as
     # long again to close before they are cut (they normally close at once).

@@ -13,6 +13,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from gateway.http.server import server_config
 from tests.fakes.llm_server import FakeLLM, Reply
 from tests.support.harness import ADMIN_TOKEN, make_settings, next_frame, running_gateway
 
@@ -280,6 +281,16 @@ async def test_a_socket_is_not_compressed_even_when_the_client_offers_it(
     assert "permessage-deflate" in offered
     assert agreed is None
     assert ack["client_id"] == "c1"
+
+
+def test_sockets_are_pinged_as_often_as_the_setting_says(tmp_path: Path) -> None:
+    # Each ping costs CPU for every socket held (bench.idle_sockets); a proxy's idle
+    # timeout bounds it from above.
+    settings = make_settings("sqlite+aiosqlite://", tmp_path, None, websocket_ping_seconds=45)
+    default = make_settings("sqlite+aiosqlite://", tmp_path, None)
+
+    assert server_config(object(), settings, host="127.0.0.1", port=1).ws_ping_interval == 45
+    assert server_config(object(), default, host="127.0.0.1", port=1).ws_ping_interval == 30
 
 
 async def test_how_far_a_person_has_read_is_kept_for_their_next_socket(

@@ -34,6 +34,7 @@ from fastapi import APIRouter
 from connectors.discord.client import ParleyClient
 from connectors.discord.normalize import CHANNEL, normalize
 from gateway.sdk import (
+    NO_SOCKETS,
     AccessRefused,
     Capabilities,
     ChatRef,
@@ -101,6 +102,7 @@ def create(settings: DiscordSettings) -> DiscordConnector:
 class DiscordConnector:
     channel = CHANNEL
     router: APIRouter | None = None
+    sockets = NO_SOCKETS
     core: DiscordCore  # given by start()
 
     def __init__(self, settings: DiscordSettings) -> None:

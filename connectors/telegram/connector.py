@@ -36,6 +36,7 @@ from connectors.telegram.normalize import (
 )
 from connectors.telegram.polling import Poller
 from gateway.sdk import (
+    NO_SOCKETS,
     AccessRefused,
     Capabilities,
     ChatRef,
@@ -131,6 +132,7 @@ class TelegramConnector:
         self._migrated: dict[int, int] = {}
         self._poller: Singleton | None = None
         self.router = _router(self) if settings.mode is TelegramMode.WEBHOOK else None
+        self.sockets = NO_SOCKETS
 
     # -- lifecycle --------------------------------------------------------------------
 

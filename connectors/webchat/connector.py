@@ -83,6 +83,10 @@ def frame_csp(origins: Sequence[str]) -> str:
     return _PAGE_POLICY + "frame-ancestors " + " ".join(["'self'", *origins])
 
 
+# Served beside the router (`gateway.http.sockets`): a socket outlives any request.
+SOCKET_PATH = "/webchat/ws"
+
+
 def create(settings: WebchatSettings) -> "WebchatConnector":
     return WebchatConnector(settings)
 
@@ -97,6 +101,11 @@ class WebchatConnector:
         self.visitors = Visitors(settings)
         self.router = _router(self.visitors)
         self.router.include_router(_page_router(settings.allowed_origins))
+        self.sockets = {SOCKET_PATH: self._socket}
+
+    async def _socket(self, websocket: WebSocket) -> None:
+        # Older clients put the token in the URL; the others send it in the first frame.
+        await serve_socket(websocket, self.visitors, websocket.query_params.get("token"))
 
     async def start(self, core: WebchatCore) -> None:
         settings = self.visitors.settings
@@ -257,10 +266,6 @@ def _router(visitors: Visitors) -> APIRouter:
         """A file the visitor uploaded, or one sent in their conversation, as a download;
         404 for any other, whether or not it exists."""
         return file_response(*await visitors.core.file_for(visitor.identity, attachment_id))
-
-    @router.websocket("/webchat/ws")
-    async def socket(websocket: WebSocket, token: str | None = None) -> None:
-        await serve_socket(websocket, visitors, token)
 
     return router
 

@@ -23,6 +23,7 @@ from connectors.whatsapp import signature
 from connectors.whatsapp.graph import WINDOW_REASON, GraphClient, WindowClosed
 from connectors.whatsapp.normalize import CHANNEL, Notification, parse
 from gateway.sdk import (
+    NO_SOCKETS,
     AccessRefused,
     Capabilities,
     ChatRef,
@@ -83,6 +84,7 @@ class WhatsAppConnector:
             token=settings.token.get_secret_value(),
         )
         self.router = _router(self)
+        self.sockets = NO_SOCKETS
 
     async def start(self, core: WhatsAppCore) -> None:
         self.core = core

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gateway.clock import Clock
@@ -30,10 +31,12 @@ from memory.storage.watermarks import Place
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
+    from starlette.websockets import WebSocket
 
 Step = Callable[[], Awaitable[None]]
 
 __all__ = [
+    "NO_SOCKETS",
     "Capabilities",
     "Clocked",
     "Connector",
@@ -54,6 +57,7 @@ __all__ = [
     "Receiving",
     "Singleton",
     "Singletons",
+    "SocketEndpoint",
     "StoredMessage",
     "Watermarks",
     "Webhooks",
@@ -343,6 +347,11 @@ class CoreRoles(
     above, in its own module), so the type checker proves it uses nothing else."""
 
 
+# A WebSocket endpoint of a connector: handed the socket, it serves it for its life.
+SocketEndpoint = Callable[["WebSocket"], Awaitable[None]]
+NO_SOCKETS: Mapping[str, SocketEndpoint] = MappingProxyType({})
+
+
 class Singleton(Protocol):
     async def close(self) -> None: ...
 
@@ -354,6 +363,12 @@ class Connector(Protocol):
     @property
     def router(self) -> APIRouter | None:
         """HTTP routes the connector serves (webhooks, widget), if any."""
+        ...
+
+    @property
+    def sockets(self) -> Mapping[str, SocketEndpoint]:
+        """WebSocket endpoints by path (`NO_SOCKETS`: none), served beside the router
+        (`gateway.http.sockets`)."""
         ...
 
     async def start(self, core: CoreRoles) -> None:

@@ -45,6 +45,7 @@ def server_config(app: Any, settings: Settings, *, host: str, port: int) -> uvic
         # was some 50 KB of the ~88 KB an idle web chat socket cost (bench.idle_sockets),
         # for frames that are short JSON. Clients that offer it simply do without.
         ws_per_message_deflate=False,
+        ws_ping_interval=settings.websocket_ping_seconds,
         # Sockets are told to close at once, and requests are short; this only bounds a
         # connection that hangs on regardless, so that stopping never waits forever.
         timeout_graceful_shutdown=math.ceil(settings.shutdown_seconds),
