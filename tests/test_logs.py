@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+from websockets.typing import Origin
 
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM, Reply
@@ -94,6 +97,10 @@ async def test_secrets_in_paths_and_queries_stay_out_of_the_log(tmp_path: Path) 
         url = f"ws://127.0.0.1:{port}/webchat/ws?token={visitor}"
         async with connect(url) as websocket:
             assert (await next_frame(websocket))["type"] == "ready"
+        # Another site's page: its handshake is refused before it is accepted.
+        with pytest.raises(InvalidStatus):
+            async with connect(url, origin=Origin("https://elsewhere.example")):
+                pass
         stderr = await process.stop()
 
     assert [r.status_code for r in opened] == [200, 200]
@@ -114,7 +121,10 @@ async def test_secrets_in_paths_and_queries_stay_out_of_the_log(tmp_path: Path) 
         ("GET", "/exports/[redacted]", 404),
     ]
     sockets = [a for a in lines if a.get("event") == "websocket"]
-    assert [(a["path"], a["status"]) for a in sockets] == [("/webchat/ws", 101)]
+    assert [(a["path"], a["status"]) for a in sockets] == [
+        ("/webchat/ws", 101),
+        ("/webchat/ws", 403),
+    ]
 
 
 async def test_at_debug_no_line_carries_a_secret_or_what_was_said(

@@ -48,6 +48,8 @@ class AccessLog:
                 MutableHeaders(scope=message)[HEADER] = request_id
             elif message["type"] == "websocket.accept":
                 status = 101
+            elif message["type"] == "websocket.close" and status is None:
+                status = 403  # a handshake refused: the server answers it so
             await send(message)
 
         with structlog.contextvars.bound_contextvars(request_id=request_id):
