@@ -103,6 +103,8 @@ def test_a_when_that_names_no_future_time_is_refused_in_words(when: str, words: 
         ("FREQ=WEEKLY;BYDAY=XX", "not an RRULE"),
         ("FREQ=DAILY;UNTIL=20280101T000000Z", "without Z"),
         ("FREQ=DAILY;INTERVAL=x", "not an RRULE"),
+        ("FREQ=DAILY;INTERVAL=0", "INTERVAL is a whole number"),
+        ("FREQ=MINUTELY;INTERVAL=-5", "INTERVAL is a whole number"),
     ],
 )
 def test_a_malformed_repeat_is_refused_in_words(repeat: str, words: str) -> None:

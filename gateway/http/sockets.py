@@ -2,7 +2,7 @@
 
 A socket lives for hours, and every layer a request passes through on its way to a route
 (the router and its included routers, the exception handlers, the exit stacks,
-dependency solving) stays alive for as long as it does: about a hundred objects a
+dependency solving) stays alive for as long as it does: some 65 objects a
 socket. The garbage collector walks every live object in a full collection, holding the
 event loop meanwhile: 1.7 s at 10,000 sockets, when each kept some 200 (bench/README.md,
 "Idle web chat sockets"). So a socket goes straight from the origin check

@@ -157,9 +157,13 @@ def read_repeat(repeat: str, start: datetime, near: datetime | None = None) -> r
         raise BadRepeat(f"{text[:80]!r} is not an RRULE this gateway reads: {exc}") from None
     if not isinstance(rule, rrule):
         raise BadRepeat("one RRULE, without RDATE or EXRULE")
+    interval = parts.get("INTERVAL", "1")
+    if not interval.isdigit() or int(interval) < 1:
+        # dateutil takes INTERVAL=0, and then walks its first due time forever.
+        raise BadRepeat("INTERVAL is a whole number, 1 or more")
     step = _STEPS.get(parts["FREQ"])
     if near is not None and near > start and step is not None and "COUNT" not in parts:
-        step *= int(parts.get("INTERVAL", 1))
+        step *= int(interval)
         rule = rule.replace(dtstart=start + (near - start) // step * step)
     return rule
 
