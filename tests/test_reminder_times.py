@@ -105,6 +105,10 @@ def test_a_when_that_names_no_future_time_is_refused_in_words(when: str, words: 
         ("FREQ=DAILY;INTERVAL=x", "not an RRULE"),
         ("FREQ=DAILY;INTERVAL=0", "INTERVAL is a whole number"),
         ("FREQ=MINUTELY;INTERVAL=-5", "INTERVAL is a whole number"),
+        ("FREQ=MINUTELY;BYMONTH=2;BYMONTHDAY=30", "no month it names"),
+        ("FREQ=DAILY;BYMONTH=4,6;BYMONTHDAY=31,-31", "no month it names"),
+        ("FREQ=DAILY;BYMONTHDAY=0", "no month it names"),
+        ("FREQ=DAILY;BYMONTH=13;BYMONTHDAY=1", "BYMONTH is a month"),
     ],
 )
 def test_a_malformed_repeat_is_refused_in_words(repeat: str, words: str) -> None:

@@ -3,6 +3,7 @@ tools, the chat commands and the operator API all go through."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 
@@ -77,7 +78,9 @@ class Planner:
         now = self._clock.now()
         start = resolve_when(ask.when, now, where)
         rule = None if ask.repeat is None else read_repeat(ask.repeat, start)
-        first = first_wall(rule, start)
+        # Off the event loop: a rule with no due time (BYSETPOS=6 of Mondays) is walked
+        # to the year 9999 before it is found to have none.
+        first = await asyncio.to_thread(first_wall, rule, start)
         if first is None:
             raise BadWhen("that repeat has no time from then on")
         due = instant(first, where)

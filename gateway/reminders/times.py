@@ -32,6 +32,7 @@ _LOCAL_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%
 # How far ahead a reminder may be set, and how many missed due times are counted.
 MAX_AHEAD = timedelta(days=366 * 10)
 MAX_COUNTED = 1000
+_LEAP_YEAR_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 # Repeats that step by a fixed span: their due times a whole number of steps after the
 # start are the same from any such start, whatever the BY parts filter out.
 _STEPS = {
@@ -161,11 +162,25 @@ def read_repeat(repeat: str, start: datetime, near: datetime | None = None) -> r
     if not interval.isdigit() or int(interval) < 1:
         # dateutil takes INTERVAL=0, and then walks its first due time forever.
         raise BadRepeat("INTERVAL is a whole number, 1 or more")
+    _check_days(parts)
     step = _STEPS.get(parts["FREQ"])
     if near is not None and near > start and step is not None and "COUNT" not in parts:
         step *= int(interval)
         rule = rule.replace(dtstart=start + (near - start) // step * step)
     return rule
+
+
+def _check_days(parts: dict[str, str]) -> None:
+    """`BadRepeat` unless some month of BYMONTH has some day of BYMONTHDAY (30 February:
+    none). dateutil takes such a rule, and asked for its first due time walks to the year
+    9999 before it says there is none: seconds of CPU for a minutely one."""
+    months = [int(month) for month in parts.get("BYMONTH", "").split(",") if month]
+    if not all(1 <= month <= 12 for month in months):
+        raise BadRepeat("BYMONTH is a month, 1 to 12")
+    days = [int(day) for day in parts.get("BYMONTHDAY", "").split(",") if day]
+    longest = max((_LEAP_YEAR_DAYS[month - 1] for month in months), default=31)
+    if days and not any(1 <= abs(day) <= longest for day in days):
+        raise BadRepeat("no month it names has that day of the month")
 
 
 def first_wall(rule: rrule | None, start: datetime) -> datetime | None:
