@@ -51,6 +51,10 @@ async def test_a_persons_reminders_show_their_firings_and_are_cancelled_from_the
 
         await sign_in(page, d.url)
         await page.goto(f"{d.url}/admin#/people/{ana.user_id}")
+        # The firing's turn answers meanwhile, and its reply, rung in over the live
+        # socket, scrolls the conversation: a click on a tab as it does can miss.
+        await expect(page.get_by_role("list", name="Messages")).to_contain_text("reply 1")
+        await expect(page.locator("#live")).to_have_text("live")
         await page.get_by_role("link", name="Reminders").click()
         listed = page.get_by_role("list", name="Reminders")
         fired = listed.locator(f"li[data-reminder='{parcel.json()['id']}']")
