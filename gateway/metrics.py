@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gateway.gc_pauses import GcPauses
+
 # Seconds: a turn is the model's time plus a few milliseconds of ours.
 TURN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 TOKEN_BUCKETS = (1_000, 2_500, 5_000, 10_000, 20_000, 40_000, 80_000, 160_000)
@@ -148,6 +150,8 @@ class Metrics:
             "Facts the model offered without evidence of a typed message, refused.",
             registry=registry,
         )
+        self.gc_pauses = GcPauses()  # counts once the gateway runs: `watching()`
+        registry.register(self.gc_pauses)
 
     def count_tokens(self, *, prompt: int, cached: int, completion: int) -> None:
         tokens = self.model_tokens

@@ -316,6 +316,7 @@ class Services:
             stack.push_async_callback(self._stage, "engine", self.engine.dispose)
             stack.push_async_callback(self._stage, "model client", self.llm.aclose)
             stack.push_async_callback(self._stage, "rate limits", self.rate_limits.aclose)
+            stack.enter_context(self.metrics.gc_pauses.watching())
             # The data dir is Parley's own (database, key, transcripts): its owner's only.
             tighten(private_dir(self.settings.data_dir))
             try:

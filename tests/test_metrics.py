@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -87,3 +88,25 @@ async def test_each_gateway_counts_its_own(database_url: str, tmp_path: Path, ll
 
     assert _get(on_a, "parley_inbound_messages_total", channel="webchat") == 1
     assert _get(on_b, "parley_inbound_messages_total", channel="webchat") == 0
+
+
+async def test_garbage_collections_are_timed_while_the_gateway_runs(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    async with running_gateway(make_settings(database_url, tmp_path / "a", llm)) as gw:
+        before = await _samples(gw)
+        gc.collect()
+        after = await _samples(gw)
+        watching = len(gc.callbacks)
+    stopped = len(gc.callbacks)
+
+    full = "parley_gc_pause_seconds_count"
+    assert _get(after, full, generation="2") >= _get(before, full, generation="2") + 1
+    assert _get(after, "parley_gc_pause_seconds_sum", generation="2") > _get(
+        before, "parley_gc_pause_seconds_sum", generation="2"
+    )
+    assert _get(after, "parley_gc_pause_seconds_bucket", generation="2", le="+Inf") == _get(
+        after, full, generation="2"
+    )
+    # The gateway's callback goes with it: a stopped app is not called by every collection.
+    assert stopped == watching - 1
