@@ -4,8 +4,9 @@
 
 It is driven over stdin/stdout, one JSON object a line:
 
-- `{"cmd": "open", "tokens": [...], "concurrency": C}`: open a socket per token (at most
-  C handshakes at once), send the `auth` frame, wait for `ready`; answers
+- `{"cmd": "open", "tokens": [...], "concurrency": C, "per_second": R}`: open a socket
+  per token (at most C handshakes at once; with R, the i-th starts no sooner than i/R
+  seconds in), send the `auth` frame, wait for `ready`; answers
   `{"event": "opened", "ok": n, "failed": m, "errors": [...], "seconds": s}`.
 - `{"cmd": "status"}`: answers `{"event": "status", "open": n, "closed": m, "rss_kb": k}`.
 - `{"cmd": "close"}`: closes every socket, answers `{"event": "closed"}` and exits.
@@ -54,12 +55,16 @@ class Clients:
         sys.stdout.write(json.dumps(payload) + "\n")
         sys.stdout.flush()
 
-    async def open(self, tokens: list[str], concurrency: int) -> dict[str, Any]:
+    async def open(
+        self, tokens: list[str], concurrency: int, per_second: float | None = None
+    ) -> dict[str, Any]:
         gate = asyncio.Semaphore(concurrency)
         errors: list[str] = []
         started = time.monotonic()
 
-        async def one(token: str) -> bool:
+        async def one(index: int, token: str) -> bool:
+            if per_second is not None:
+                await asyncio.sleep(started + index / per_second - time.monotonic())
             async with gate:
                 try:
                     async with asyncio.timeout(HANDSHAKE_TIMEOUT_SECONDS):
@@ -84,7 +89,7 @@ class Clients:
             reader.add_done_callback(self._readers.discard)
             return True
 
-        results = await asyncio.gather(*(one(t) for t in tokens))
+        results = await asyncio.gather(*(one(i, t) for i, t in enumerate(tokens)))
         ok = sum(results)
         return {
             "event": "opened",
@@ -138,7 +143,11 @@ async def drive(url: str, deflate: bool) -> None:
     while line := await reader.readline():
         command = json.loads(line)
         if command["cmd"] == "open":
-            clients.emit(await clients.open(command["tokens"], command["concurrency"]))
+            clients.emit(
+                await clients.open(
+                    command["tokens"], command["concurrency"], command.get("per_second")
+                )
+            )
         elif command["cmd"] == "status":
             clients.emit(clients.status())
         elif command["cmd"] == "close":

@@ -1,7 +1,8 @@
 """Idle web chat sockets: memory per socket, idle CPU, and delivery to one of them.
 
     python -m bench.idle_sockets [--sockets N] [--sample S] [--idle-seconds T]
-                                 [--clients K] [--no-baseline] [--json]
+                                 [--open-per-second R] [--clients K] [--no-baseline]
+                                 [--json]
 
 The goal (the speed issue): 10,000 idle web chat WebSockets on one `parley serve`, at
 most 64 KB of memory per socket, idle CPU under 5% of a core, and a message to any one
@@ -19,16 +20,24 @@ per minute), so that one address may make N visitors.
    (`--warmup-sockets`) first, then, after `--settle-seconds`, the server's memory is
    read (VmRSS from /proc/PID/status, Pss from smaps_rollup), then the other N - W, then
    after another settle the memory again: memory per socket = the growth / (N - W).
-   Each socket sends its `auth` frame and waits for `ready`, then sits idle.
+   Each socket sends its `auth` frame and waits for `ready`, then sits idle. They are
+   opened at most R a second (`--open-per-second`, 400) on either server: each socket
+   is pinged every 30 s from its opening on, and pings bunched in time cost less each
+   (fewer wake-ups) than pings spread out, so both servers get theirs spread alike.
 4. The server's CPU (user + system, all threads, /proc/PID/stat) over `--idle-seconds`
-   with every socket open: idle CPU in % of one core. The same is read with only the
-   W warm-up sockets open (before step 3's second half), to tell what the sockets cost
-   from what the process costs anyway (its sweeps, its job runner).
+   with every socket open: idle CPU in % of one core (and its user and system parts).
+   The same is read with only the W warm-up sockets open (before step 3's second half),
+   to tell what the sockets cost from what the process costs anyway (its sweeps, its
+   job runner).
 5. Delivery: for each sampled visitor in turn, an operator's message
    (`POST /api/v1/sessions/{id}/messages` with the admin token) and the time until its
    `message` frame is read off that visitor's socket, in the load generator (both
    stamps are CLOCK_MONOTONIC, one clock for every process): p50, p99, max.
 6. The sockets are counted again: every one must still be open.
+
+The gateway's garbage collections in each of steps 3 (after the warm-up sockets), 4 and
+5 are read off its `/metrics` (`parley_gc_pause_seconds`): how many of each generation,
+their seconds, and how many held the process longer than the delivery goal.
 
 (b) **baseline** (`bench.idle_echo`): a bare FastAPI WebSocket endpoint under the same
 uvicorn configuration (`gateway.http.server.server_config`), holding the same N sockets
@@ -60,10 +69,12 @@ from asyncio.subprocess import Process
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.idle_clients import PROBE_PREFIX
 from bench.idle_worker import environment, free_port, measure, wait_until
@@ -93,6 +104,8 @@ class Options:
     settle_seconds: float = 5.0
     warmup_sockets: int = 20
     concurrency: int = 64
+    # Both servers get their sockets at one pace, so their pings fall alike in time.
+    open_per_second: float | None = 400.0
     clients: int = 2
     baseline: bool = True
     seed: int = 1
@@ -119,6 +132,12 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument(
         "--concurrency", type=int, default=64, help="session POSTs and handshakes at once (64)"
     )
+    parser.add_argument(
+        "--open-per-second",
+        type=float,
+        default=400.0,
+        help="sockets opened a second, at most, on either server (400; 0: as fast as they go)",
+    )
     parser.add_argument("--clients", type=int, default=2, help="load-generator processes (2)")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false")
     parser.add_argument("--seed", type=int, default=1, help="of the sample (1)")
@@ -139,6 +158,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         settle_seconds=args.settle_seconds,
         warmup_sockets=args.warmup_sockets,
         concurrency=args.concurrency,
+        open_per_second=args.open_per_second or None,
         clients=max(1, args.clients),
         baseline=args.baseline,
         seed=args.seed,
@@ -276,6 +296,8 @@ async def load_generators(
 
 
 Push = Callable[[int, str], Awaitable[None]]
+# Per generation: collections so far, their seconds, and how many took over 50 ms.
+Pauses = Callable[[], Awaitable[dict[str, Any]]]
 
 
 async def hold(
@@ -286,9 +308,17 @@ async def hold(
     sample: list[int],
     push: Push,
     work_dir: Path,
+    pauses: Pauses | None = None,
 ) -> dict[str, Any]:
-    """Steps 3-6: open the sockets, read memory, idle CPU, time the deliveries."""
+    """Steps 3-6: open the sockets, read memory, idle CPU, time the deliveries.
+    `pauses`: the server's garbage collections so far, if it counts them."""
     arrivals: dict[str, asyncio.Future[float]] = {}
+    marks: list[dict[str, Any]] = []
+
+    async def mark() -> None:
+        if pauses is not None:
+            marks.append(await pauses())
+
     n, warm = len(tokens), options.warmup_sockets
     async with load_generators(options, ws_url, work_dir, arrivals) as generators:
         share = max(1, options.concurrency // len(generators))
@@ -299,6 +329,7 @@ async def hold(
         before = memory_kb(pid)
         # The same process with only the warm-up sockets: what is not the sockets'.
         cpu_before = await measure(pid, 0.0, options.idle_seconds)
+        await mark()
         began = time.monotonic()
         opened += await asyncio.gather(
             *(
@@ -307,6 +338,11 @@ async def hold(
                         "cmd": "open",
                         "tokens": tokens[warm + i :: len(generators)],
                         "concurrency": share,
+                        "per_second": (
+                            None
+                            if options.open_per_second is None
+                            else options.open_per_second / len(generators)
+                        ),
                     }
                 )
                 for i, g in enumerate(generators)
@@ -316,7 +352,9 @@ async def hold(
         failed = sum(o["failed"] for o in opened)
         await asyncio.sleep(options.settle_seconds)
         after = memory_kb(pid)
+        await mark()
         cpu = await measure(pid, 0.0, options.idle_seconds)
+        await mark()
         latencies, post_ms, lost = [], [], 0
         loop = asyncio.get_running_loop()
         for index in sample:
@@ -333,6 +371,7 @@ async def hold(
             else:
                 latencies.append((at - sent) * 1000)
             await asyncio.sleep(0.05)  # one at a time: the others stay idle
+        await mark()
         statuses = [await g.ask({"cmd": "status"}) for g in generators]
         after_all = memory_kb(pid)
     grown = {k: after[k] - before[k] for k in after if k in before}
@@ -361,6 +400,12 @@ async def hold(
             * 1000,
             3,
         ),
+        # The server's garbage collections in each step, where it counts them.
+        "gc_pauses": {
+            step: _pauses_between(marks[i], marks[i + 1])
+            for i, step in enumerate(("opening", "idle", "delivery"))
+            if len(marks) > i + 1
+        },
         "delivery": {
             "sample": len(sample),
             "arrived": len(latencies),
@@ -460,13 +505,51 @@ async def gateway_run(options: Options, work_dir: Path) -> dict[str, Any]:
 
         ws_url = f"ws://127.0.0.1:{port}/webchat/ws"
         tokens = [token for token, _ in visitors]
-        figures = await hold(options, process.pid, ws_url, tokens, sample, push, work_dir)
+        figures = await hold(
+            options, process.pid, ws_url, tokens, sample, push, work_dir, partial(gc_pauses, client)
+        )
     return {
         "app": "gateway (parley serve)",
         "start_seconds": round(start, 2),
         "sessions_seconds": round(sessions_seconds, 2),
         "sessions_retried": dict(Counter(refused)),
     } | figures
+
+
+async def gc_pauses(client: httpx.AsyncClient) -> dict[str, Any]:
+    """The gateway's garbage collections so far, from its /metrics."""
+    response = await client.get("/metrics")
+    response.raise_for_status()
+    found: dict[str, Any] = {}
+    for family in text_string_to_metric_families(response.text):
+        if family.name != "parley_gc_pause_seconds":
+            continue
+        for sample in family.samples:
+            into = found.setdefault(sample.labels["generation"], {})
+            if sample.name.endswith("_count"):
+                into["count"] = sample.value
+            elif sample.name.endswith("_sum"):
+                into["seconds"] = sample.value
+            elif (
+                sample.name.endswith("_bucket")
+                and float(sample.labels["le"]) == GOAL_DELIVERY_MS / 1000
+            ):
+                into["within_goal"] = sample.value
+    return found
+
+
+def _pauses_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    return {
+        generation: {
+            "collections": int(now["count"] - then["count"]),
+            "seconds": round(now["seconds"] - then["seconds"], 3),
+            "over_delivery_goal": int(
+                now["count"] - now["within_goal"] - (then["count"] - then["within_goal"])
+            ),
+        }
+        for generation, now in after.items()
+        if (then := before.get(generation)) is not None
+    }
 
 
 async def baseline_run(options: Options, work_dir: Path) -> dict[str, Any]:
@@ -539,6 +622,7 @@ async def run(options: Options) -> dict[str, Any]:
             "settle_seconds": options.settle_seconds,
             "warmup_sockets": options.warmup_sockets,
             "clients": options.clients,
+            "open_per_second": options.open_per_second,
             "client_offers_deflate": options.deflate,
         },
         "fd_limit": fds,
@@ -581,6 +665,15 @@ def render(report: dict[str, Any]) -> str:
             f"{d.get('p50_ms', float('nan')):>8.2f}{d.get('p99_ms', float('nan')):>8.2f}"
             f"{d.get('max_ms', float('nan')):>8.2f}"
         )
+        for step, pauses in r.get("gc_pauses", {}).items():
+            lines.append(
+                f"  garbage collections while {step}: "
+                + "; ".join(
+                    f"gen {g} ×{p['collections']} {p['seconds'] * 1000:.0f} ms"
+                    f" ({p['over_delivery_goal']} over {GOAL_DELIVERY_MS:.0f} ms)"
+                    for g, p in pauses.items()
+                )
+            )
         if r["failed_to_open"] or d["lost"]:
             lines.append(
                 f"  failed to open {r['failed_to_open']} {r['open_errors']}; "

@@ -49,6 +49,7 @@ from bench.memory_support import (
     machine_line,
     migrated_engine,
     process_cpu_seconds,
+    process_cpu_split,
     scratch_dir,
     sqlite_url,
 )
@@ -149,7 +150,8 @@ async def wait_until(process: Process, ready: Callable[[], Awaitable[bool]], wha
 async def measure(pid: int, warmup: float, seconds: float) -> dict[str, Any]:
     await asyncio.sleep(warmup)
     first = process_cpu_seconds(pid)
-    if first is None:
+    first_split = process_cpu_split(pid)
+    if first is None or first_split is None:
         raise RuntimeError("cannot read /proc/<pid>/stat")
     started = time.monotonic()
     previous, per_second = first, []
@@ -162,10 +164,16 @@ async def measure(pid: int, warmup: float, seconds: float) -> dict[str, Any]:
         previous = now
     wall = time.monotonic() - started
     cpu = previous - first
+    user, system = (
+        b - a for a, b in zip(first_split, process_cpu_split(pid) or first_split, strict=True)
+    )
     return {
         "wall_seconds": round(wall, 2),
         "cpu_seconds": round(cpu, 3),
         "cpu_percent_of_one_core": round(cpu / wall * 100, 3),
+        # In the kernel: on loopback that includes the receiving side of what is sent.
+        "user_percent_of_one_core": round(user / wall * 100, 3),
+        "system_percent_of_one_core": round(system / wall * 100, 3),
         # CPU seconds in the busiest one-second sample (the sweeps show here).
         "busiest_second_cpu_seconds": round(max(per_second), 3),
         "clock_tick_seconds": round(1 / os.sysconf("SC_CLK_TCK"), 3),

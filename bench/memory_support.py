@@ -117,13 +117,20 @@ def sqlite_url(path: Path) -> str:
 
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of a process and all its threads so far (Linux /proc)."""
+    split = process_cpu_split(pid)
+    return None if split is None else sum(split)
+
+
+def process_cpu_split(pid: int) -> tuple[float, float] | None:
+    """User and system CPU time of a process and all its threads so far (Linux /proc)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
     except OSError:
         return None
     # Fields after the command name, which is in parentheses and may contain spaces.
     fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def log_to_devnull() -> None:

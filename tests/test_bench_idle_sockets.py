@@ -34,6 +34,11 @@ async def test_a_tiny_run_holds_every_socket_and_delivers_every_sampled_message(
         assert "rss_kb_per_socket" in result
         assert result["idle"]["wall_seconds"] >= 1.0
         assert result["idle_before"]["wall_seconds"] >= 1.0
+    # The gateway counts its collections (/metrics), for each step; the baseline does not.
+    assert set(gateway["gc_pauses"]) == {"opening", "idle", "delivery"}
+    assert set(gateway["gc_pauses"]["delivery"]) == {"0", "1", "2"}
+    assert all(p["collections"] >= 0 for p in gateway["gc_pauses"]["opening"].values())
+    assert baseline["gc_pauses"] == {}
     assert report["goals"]["all_sockets_held"] is True
     assert report["fd_limit"]["soft"] >= report["fd_limit"]["needed"]
     assert json.loads(json.dumps(report))["options"]["sockets"] == 20
