@@ -67,7 +67,16 @@ from gateway.errors import (
     SignInExpired,
     Undeliverable,
 )
-from gateway.events.hub import DeltaEvent, Ended, Event, MessageEvent, Overflow, Stored, Typing
+from gateway.events.hub import (
+    QUEUE_LIMIT,
+    DeltaEvent,
+    Ended,
+    Event,
+    MessageEvent,
+    Overflow,
+    Stored,
+    Typing,
+)
 from gateway.http.assets import GET_AND_HEAD, Asset
 from gateway.http.body_limit import UPLOADS_PATH
 from gateway.http.errors import validation_errors
@@ -91,6 +100,7 @@ __all__ = [
     "MAX_INT64",
     "NAME_CHARS",
     "NO_SOCKETS",
+    "QUEUE_LIMIT",
     "UPLOADS_PATH",
     "AccessRefused",
     "Asset",

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
@@ -25,6 +27,7 @@ from connectors.webchat.tokens import EXPIRED
 from connectors.webchat.visitors import Visitor, Visitors
 from gateway.sdk import (
     MAX_INT64,
+    QUEUE_LIMIT,
     AccessRefused,
     AuthError,
     DeltaEvent,
@@ -197,12 +200,54 @@ async def _auth_frame(websocket: WebSocket) -> str:
         ) from None
 
 
+class Inbox:
+    """The socket's events from the hub, sent on in order by a task that runs only
+    while some wait. An idle socket so keeps no task, queue or future waiting: eleven
+    objects fewer a socket for every full garbage collection to walk (bench/README.md,
+    "Idle web chat sockets")."""
+
+    __slots__ = ("_events", "_send_one", "_sending")
+
+    def __init__(self, send: Callable[[Event], Awaitable[None]]) -> None:
+        self._send_one = send
+        self._events: deque[Event] = deque()
+        self._sending: asyncio.Task[None] | None = None
+
+    def put_nowait(self, item: Event) -> None:
+        if len(self._events) >= QUEUE_LIMIT:
+            raise asyncio.QueueFull
+        self._events.append(item)
+        if self._sending is None:
+            self._sending = asyncio.create_task(self._send())
+
+    def get_nowait(self) -> Event:
+        return self._events.popleft()
+
+    def empty(self) -> bool:
+        return not self._events
+
+    async def _send(self) -> None:
+        while self._events:
+            await self._send_one(self._events.popleft())
+        # Reached only with none left: a failed send keeps its task, and what comes after
+        # it waits there (the socket is going: it ends with `close`).
+        self._sending = None
+
+    async def close(self) -> None:
+        """Stop sending; a send that failed (the client gone) is not an error here."""
+        if self._sending is None:
+            return
+        self._sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
+            await self._sending
+
+
 async def _converse(websocket: WebSocket, visitors: Visitors, visitor: Visitor) -> None:
     outbox = _Outbox(websocket, visitors, visitor)
     max_bytes = visitors.settings.max_body_bytes
     seen = await visitors.core.seen(visitor.identity)
-    with visitors.core.events(visitor.identity.conversation_id) as events:
-        forward = asyncio.create_task(_forward(events, outbox))
+    inbox = Inbox(outbox.event)
+    with visitors.core.events(visitor.identity.conversation_id, inbox):
         try:
             # Where this person stopped reading, on any device: the client's unread count.
             await outbox.frame({"type": "ready", "seen_seq": seen})
@@ -225,9 +270,7 @@ async def _converse(websocket: WebSocket, visitors: Visitors, visitor: Visitor) 
         except WebSocketDisconnect:
             pass
         finally:
-            forward.cancel()
-            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
-                await forward
+            await inbox.close()
 
 
 async def _receive(websocket: WebSocket, visitors: Visitors, visitor: Visitor) -> Message | None:
@@ -243,11 +286,6 @@ async def _receive(websocket: WebSocket, visitors: Visitors, visitor: Visitor) -
                 message = await websocket.receive()
             left = visitors.seconds_left(visitor)
             return message if left is None or left > 0 else None
-
-
-async def _forward(events: asyncio.Queue[Event], outbox: _Outbox) -> None:
-    while True:
-        await outbox.event(await events.get())
 
 
 async def _handle(raw: str, visitors: Visitors, visitor: Visitor, outbox: _Outbox) -> None:

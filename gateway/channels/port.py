@@ -10,7 +10,6 @@ imports storage itself.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gateway.clock import Clock
 from gateway.envelopes import ChatRef, Inbound, Outbound
-from gateway.events.hub import Event
+from gateway.events.hub import Subscriber
 from gateway.replicas.rate_limits import RateLimit
 from memory.storage.attachments import AttachmentView
 from memory.storage.identities import IdentityRef
@@ -317,8 +316,9 @@ class LiveEvents(Protocol):
     """What a conversation does next, as it happens: its events, and the reply to one
     message."""
 
-    def events(self, conversation_id: uuid.UUID) -> AbstractContextManager[asyncio.Queue[Event]]:
-        """New messages and reply deltas of a conversation, while the context is open."""
+    def events(self, conversation_id: uuid.UUID, into: Subscriber) -> AbstractContextManager[None]:
+        """New messages and reply deltas of a conversation, put `into` the subscriber
+        while the context is open."""
         ...
 
     async def reply_to(self, received: Received, wait_seconds: float) -> StoredMessage | None:

@@ -89,14 +89,26 @@ class Interest(Protocol):
         """Its last subscriber here left."""
 
 
+class Subscriber(Protocol):
+    """Where a subscriber's events go: an `asyncio.Queue`, or anything that takes them as
+    one does (`put_nowait` raises `asyncio.QueueFull` past its bound), such as a web
+    chat socket's, which keeps no task waiting while no event does."""
+
+    def put_nowait(self, item: Event) -> None: ...
+
+    def get_nowait(self) -> Event: ...
+
+    def empty(self) -> bool: ...
+
+
 # What a reply is streamed as: a subscriber waiting only for what is stored skips them.
 _STREAMING = (DeltaEvent, Typing)
 
 
 class Hub:
     def __init__(self) -> None:
-        self._subscribers: defaultdict[uuid.UUID, set[asyncio.Queue[Event]]] = defaultdict(set)
-        self._unstreamed: set[asyncio.Queue[Event]] = set()
+        self._subscribers: defaultdict[uuid.UUID, set[Subscriber]] = defaultdict(set)
+        self._unstreamed: set[Subscriber] = set()
         self._forward: Forward | None = None
         self._interest: Interest | None = None
 
@@ -117,18 +129,26 @@ class Hub:
         """The conversation's events from now on; without `streaming`, none of a reply
         being written (its deltas, typing): a reply streams hundreds of them."""
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        with self.attach(conversation_id, queue, streaming=streaming):
+            yield queue
+
+    @contextlib.contextmanager
+    def attach(
+        self, conversation_id: uuid.UUID, subscriber: Subscriber, *, streaming: bool = True
+    ) -> Iterator[None]:
+        """`subscribe`, into a subscriber of the caller's."""
         first = conversation_id not in self._subscribers
-        self._subscribers[conversation_id].add(queue)
+        self._subscribers[conversation_id].add(subscriber)
         if not streaming:
-            self._unstreamed.add(queue)
+            self._unstreamed.add(subscriber)
         if first and self._interest is not None:
             self._interest.wanted(conversation_id)
         try:
-            yield queue
+            yield
         finally:
-            self._unstreamed.discard(queue)
+            self._unstreamed.discard(subscriber)
             subscribers = self._subscribers[conversation_id]
-            subscribers.discard(queue)
+            subscribers.discard(subscriber)
             if not subscribers:
                 del self._subscribers[conversation_id]
                 if self._interest is not None:
@@ -163,7 +183,7 @@ class Hub:
                 _replace_with_overflow(queue)
 
 
-def _replace_with_overflow(queue: asyncio.Queue[Event]) -> None:
+def _replace_with_overflow(queue: Subscriber) -> None:
     while not queue.empty():
         queue.get_nowait()
     queue.put_nowait(Overflow())

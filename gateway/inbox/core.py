@@ -30,7 +30,7 @@ from gateway.errors import (
     MediaRefused,
     NotFound,
 )
-from gateway.events.hub import Ended, Event, Hub, Overflow, Stored
+from gateway.events.hub import Ended, Event, Hub, Overflow, Stored, Subscriber
 from gateway.inbox.policy import AccessPolicy
 from gateway.media.images import process_image
 from gateway.metrics import Metrics
@@ -306,8 +306,8 @@ class Core:
     async def mark_seen(self, identity: IdentityRef, seq: int) -> None:
         await self._identities.mark_seen(identity.identity_id, seq)
 
-    def events(self, conversation_id: uuid.UUID) -> AbstractContextManager[asyncio.Queue[Event]]:
-        return self.hub.subscribe(conversation_id)
+    def events(self, conversation_id: uuid.UUID, into: Subscriber) -> AbstractContextManager[None]:
+        return self.hub.attach(conversation_id, into)
 
     async def receipt(
         self, channel: str, platform_id: str, status: Delivery, error: str | None
