@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.support.harness import Gateway, make_settings, next_frame, running_gateway
 from tests.support.platforms import ADMIN, platform_gateway
+from tests.support.polling import eventually
 from tests.support.servers import serve
 
 NUL = "a\x00b"
@@ -131,6 +133,35 @@ async def test_the_socket_answers_every_bad_frame_and_stays_usable(
     assert codes == ["bad_frame"] * 9 + ["too_large"] * 2, errors
     assert "NUL" in errors[3]["detail"]
     assert unauthorized["code"] == "unauthorized"
+
+
+async def test_a_client_gone_without_a_word_mid_message_is_no_error_and_loses_nothing(
+    database_url: str, tmp_path: Path, llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(database_url, tmp_path, llm)
+    async with running_gateway(settings) as gw:
+        token, _ = await gw.visitor()
+        for i in range(10):
+            async with gw.socket(token) as websocket:
+                await websocket.send(
+                    json.dumps({"type": "message", "text": f"gone {i}", "client_id": str(i)})
+                )
+                # No close frame: the connection just ends, as a phone's does in a tunnel.
+                websocket.transport.abort()
+        # Every message stored, and answered (a reply may answer several at once).
+        history = await eventually(
+            lambda: gw.history(token),
+            until=lambda ms: (
+                sum(m["role"] == "user" for m in ms) == 10 and ms[-1]["role"] == "assistant"
+            ),
+            seconds=30,
+        )
+
+    said = [m["text"] for m in history if m["role"] == "user"]
+    assert said == [f"gone {i}" for i in range(10)]
+    # Its ack (or the reply streamed to it) found the socket closed: that ends the socket
+    # like any disconnect, and is no error of the server's.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 @pytest.mark.parametrize("policy", ["pairing", "allowlist"])

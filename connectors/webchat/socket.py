@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 from starlette.types import Message
+from starlette.websockets import WebSocketState
 
 from connectors.webchat.schema import AuthFrame, ClientFrame, ResumeFrame, SeenFrame
 from connectors.webchat.tokens import EXPIRED
@@ -70,7 +71,7 @@ class _Outbox:
 
     async def frame(self, payload: dict[str, Any]) -> None:
         async with self._lock:
-            await self._ws.send_json(payload)
+            await self._send(payload)
 
     async def error(self, code: str, detail: str, **extra: Any) -> None:
         await self.frame({"type": "error", "code": code, "detail": detail, **extra})
@@ -81,7 +82,7 @@ class _Outbox:
             await self._close(payload, code)
 
     async def _close(self, payload: dict[str, Any], code: int) -> None:
-        await self._ws.send_json(payload)
+        await self._send(payload)
         await self._ws.close(code=code)
 
     async def resume(self, after_seq: int, recent: int | None = None) -> None:
@@ -112,9 +113,9 @@ class _Outbox:
     async def event(self, event: Event) -> None:
         async with self._lock:
             if isinstance(event, DeltaEvent):
-                await self._ws.send_json({"type": "delta", "text": event.text})
+                await self._send({"type": "delta", "text": event.text})
             elif isinstance(event, Typing):
-                await self._ws.send_json({"type": "typing"})
+                await self._send({"type": "typing"})
             elif isinstance(event, MessageEvent):
                 await self._message(event.message)
             elif isinstance(event, Stored):
@@ -154,8 +155,15 @@ class _Outbox:
     async def _send_message(self, message: StoredMessage) -> None:
         files = await self._core.files_of([message])  # no query for a message without
         shown = MessageOut.of(message, files.get(message.id, ()))
-        await self._ws.send_json({"type": "message", **shown.model_dump(mode="json")})
+        await self._send({"type": "message", **shown.model_dump(mode="json")})
         self._sent_seq = message.seq
+
+    async def _send(self, payload: dict[str, Any]) -> None:
+        # A send that found the client gone marks the socket closed, and Starlette refuses
+        # any later one with a RuntimeError: to the sender it is the same disconnect.
+        if self._ws.application_state is WebSocketState.DISCONNECTED:
+            raise WebSocketDisconnect(code=1006)
+        await self._ws.send_json(payload)
 
 
 async def serve_socket(websocket: WebSocket, visitors: Visitors, token: str | None) -> None:
