@@ -210,7 +210,7 @@ async def _auth_frame(websocket: WebSocket) -> str:
 
 class Inbox:
     """The socket's events from the hub, sent on in order by a task that runs only
-    while some wait. An idle socket so keeps no task, queue or future waiting: eleven
+    while some wait, so that an idle socket keeps no task, queue or future: eleven
     objects fewer a socket for every full garbage collection to walk (bench/README.md,
     "Idle web chat sockets")."""
 
