@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+from gateway.http.keepalive import keepalive_protocol
 from gateway.settings import Settings
 
 # Socket frames past the body limit get an `error` frame from the app; frames past this
@@ -39,7 +40,8 @@ def server_config(app: Any, settings: Settings, *, host: str, port: int) -> uvic
         proxy_headers=True,
         forwarded_allow_ips=settings.forwarded_allow_ips,
         http=header_deadline_protocol(settings.read_timeout_seconds),
-        ws="websockets-sansio",
+        # uvicorn's sans-I/O WebSockets, pinged from one timer (`keepalive`).
+        ws=keepalive_protocol(),
         ws_max_size=settings.max_body_bytes * FRAME_HARD_LIMIT_FACTOR,
         # No permessage-deflate: its zlib state (kept for the socket's life, used or not)
         # was some 50 KB of the ~88 KB an idle web chat socket cost (bench.idle_sockets),

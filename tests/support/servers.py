@@ -21,11 +21,16 @@ STOP_MARGIN_SECONDS = 10.0
 
 @contextlib.asynccontextmanager
 async def serve(
-    app: Any, *, lifespan: Literal["on", "off"] = "off", settings: Settings | None = None
+    app: Any,
+    *,
+    lifespan: Literal["on", "off"] = "off",
+    settings: Settings | None = None,
+    **options: Any,
 ) -> AsyncIterator[str]:
     """Serve `app` on 127.0.0.1 at a free port; yield its base URL (no trailing slash).
 
-    With `settings`, the server runs as `parley serve` runs it (timeouts, frame limits).
+    With `settings`, the server runs as `parley serve` runs it (timeouts, frame limits);
+    without, `options` are uvicorn's (`uvicorn.Config`).
     """
     if settings is not None:
         config = server_config(app, settings, host="127.0.0.1", port=0)
@@ -36,7 +41,7 @@ async def serve(
             port=0,
             lifespan=lifespan,
             log_level="warning",
-            ws="websockets-sansio",
+            **{"ws": "websockets-sansio", **options},
         )
     stop_deadline = STOP_MARGIN_SECONDS + (2 * settings.shutdown_seconds if settings else 0.0)
     server = uvicorn.Server(config)
