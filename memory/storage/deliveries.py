@@ -8,18 +8,26 @@ reply through the platform id of the part they are about.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Update, bindparam, delete, func, null, select, update
+from sqlalchemy import Update, bindparam, case, delete, func, literal, null, select, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
 
-from memory.storage.engine import read, write_alone, write_transaction, writer_queue
+from memory.storage.engine import (
+    dialect_of,
+    read,
+    write_alone,
+    write_transaction,
+    writer_queue,
+)
 from memory.storage.inserts import skipping_insert
 from memory.storage.models import (
     ConversationKind,
@@ -85,6 +93,64 @@ _SENT = (
     .values(delivery=Delivery.SENT, delivery_attempts=MESSAGES.c.delivery_attempts + 1)
     .returning(MESSAGES.c.id, MESSAGES.c.conversation_id, MESSAGES.c.seq)
 )
+
+
+@functools.cache
+def _part_sent_statement(inserts: bool, last: bool, preview: bool) -> Any:
+    """`Deliveries.part_sent` on PostgreSQL: one statement, atomic by itself, where the
+    transaction takes five round trips (BEGIN, the sent part, the reply's count, its
+    state, COMMIT). The reply's row is locked first (`old`), so whether it was still
+    pending is read where it is changed; RETURNING shows only new values. `moved` says
+    whether the last part moved it to sent, as `_SENT` returning a row does. (A bound
+    value may not share a name with a column of the table updated: `part_…`.)"""
+    counted = update(MESSAGES).values(
+        delivery_parts_sent=bindparam("parts_sent"), delivery_sending_part=None
+    )
+    statement: Update | ReturningUpdate[Any, Any, Any, Any]
+    if last:
+        old = (
+            select(MESSAGES.c.id, MESSAGES.c.delivery)
+            .where(MESSAGES.c.id == bindparam("message_id"))
+            .with_for_update()
+            .cte("old")
+        )
+        pending = old.c.delivery == Delivery.PENDING
+        statement = (
+            counted.where(MESSAGES.c.id == old.c.id)
+            .values(
+                delivery=case(
+                    (pending, literal(Delivery.SENT, MESSAGES.c.delivery.type)),
+                    else_=MESSAGES.c.delivery,
+                ),
+                delivery_attempts=MESSAGES.c.delivery_attempts + case((pending, 1), else_=0),
+            )
+            .returning(
+                MESSAGES.c.id, MESSAGES.c.conversation_id, MESSAGES.c.seq, pending.label("moved")
+            )
+        )
+    else:
+        statement = counted.where(MESSAGES.c.id == bindparam("message_id"))
+    if inserts:
+        statement = statement.add_cte(
+            postgresql.insert(SENT_PARTS)
+            .values(
+                message_id=bindparam("message_id"),
+                part=bindparam("part"),
+                channel=bindparam("part_channel"),
+                platform_message_id=bindparam("part_platform_id"),
+                status=bindparam("part_status"),
+                updated_at=bindparam("part_at"),
+            )
+            .on_conflict_do_nothing()
+            .cte("part")
+        )
+    if preview:
+        done = delete(STREAM_PREVIEWS).where(
+            STREAM_PREVIEWS.c.channel == bindparam("part_channel"),
+            STREAM_PREVIEWS.c.platform_message_id == bindparam("preview"),
+        )
+        statement = statement.add_cte(done.cte("preview"))
+    return statement
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +271,28 @@ class Deliveries:
         """The platform took `part`. With `last`, the reply is sent too, in the same
         transaction (what `sent` does): the reply it moved, or None as `sent` says.
         `preview`: the part was edited into that preview message, done with now."""
+        if dialect_of(self._sessions) == "postgresql":
+            params = {
+                "message_id": message_id,
+                "parts_sent": part + 1,
+                "part": part,
+                "part_channel": channel,
+                "part_platform_id": platform_id,
+                "part_status": Delivery.SENT,
+                "part_at": now,
+                "preview": preview,
+            }
+            statement = _part_sent_statement(platform_id is not None, last, preview is not None)
+
+            def at_once(connection: Connection) -> DeliveryMoved | None:
+                result = connection.execute(statement, params)
+                row = result.one_or_none() if last else None
+                if row is None or not row.moved:
+                    return None
+                return DeliveryMoved(row.id, row.conversation_id, row.seq)
+
+            async with self._writes:
+                return await write_alone(self._sessions, at_once)
 
         def record(connection: Connection) -> DeliveryMoved | None:
             if preview is not None:

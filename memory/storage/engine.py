@@ -190,6 +190,11 @@ def _transaction_here(engine: Engine, block: Callable[[Connection], T]) -> T:
         return done
 
 
+def dialect_of(sessions: async_sessionmaker[AsyncSession]) -> str:
+    """The name of the database's dialect (`sqlite`, `postgresql`)."""
+    return _engine(sessions).dialect.name
+
+
 def _engine(sessions: async_sessionmaker[AsyncSession]) -> AsyncEngine:
     engine = sessions.kw.get("bind")
     if not isinstance(engine, AsyncEngine):

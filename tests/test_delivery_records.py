@@ -1,0 +1,121 @@
+"""What a sent part leaves in the database, on SQLite (one transaction) and on Postgres
+(one statement): the part, the reply's count, and the reply sent with its last part."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memory.storage.deliveries import DeliveryMoved, DeliveryState
+from memory.storage.messages import NewMessage, StoredMessage
+from memory.storage.models import Delivery, Role, SentPart, StreamPreview
+from memory.storage.previews import PreviewPlace
+from memory.storage.repositories import Repositories
+from memory.token_count import message_tokens
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def repos(sessions: async_sessionmaker[AsyncSession]) -> Repositories:
+    return Repositories.open(sessions, count_tokens=message_tokens, now=lambda: NOW)
+
+
+async def _pending_reply(repos: Repositories) -> StoredMessage:
+    ref = await repos.identities.resolve_identity(
+        "telegram", "9", display_name="Di", timezone="UTC", now=NOW
+    )
+    asked, _ = await repos.messages.add_message(
+        ref.conversation_id, NewMessage(Role.USER, "telegram", "tell me a long story"), now=NOW
+    )
+    reply, _ = await repos.messages.add_message(
+        ref.conversation_id,
+        NewMessage(
+            Role.ASSISTANT,
+            "telegram",
+            "once upon a time …",
+            reply_to_seq=asked.seq,
+            delivery=Delivery.PENDING,
+        ),
+        now=NOW,
+    )
+    return reply
+
+
+async def _state(repos: Repositories, reply: StoredMessage) -> DeliveryState:
+    state = await repos.deliveries.state(reply.id)
+    assert state is not None
+    return state
+
+
+async def _count(sessions: async_sessionmaker[AsyncSession], table: Any) -> int:
+    async with sessions() as session:
+        return await session.scalar(select(func.count()).select_from(table)) or 0
+
+
+async def test_a_reply_is_counted_part_by_part_and_sent_with_its_last_once(
+    repos: Repositories, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    reply = await _pending_reply(repos)
+    deliveries = repos.deliveries
+
+    await deliveries.sending(reply.id, 0)
+    first = await deliveries.part_sent(reply.id, 0, "telegram", "9:100", now=NOW)
+    after_first = await _state(repos, reply)
+    await deliveries.sending(reply.id, 1)
+    last = await deliveries.part_sent(reply.id, 1, "telegram", "9:101", now=NOW, last=True)
+    after_last = await _state(repos, reply)
+    # The last part again: a resend after a crash before its answer was recorded.
+    again = await deliveries.part_sent(reply.id, 1, "telegram", "9:101", now=NOW, last=True)
+
+    assert first is None
+    assert (after_first.delivery, after_first.parts_sent, after_first.uncertain_part) == (
+        Delivery.PENDING,
+        1,
+        None,
+    )
+    assert last == DeliveryMoved(reply.id, reply.conversation_id, reply.seq)
+    assert (after_last.delivery, after_last.parts_sent, after_last.attempts) == (
+        Delivery.SENT,
+        2,
+        1,
+    )
+    assert again is None
+    assert (await _state(repos, reply)).attempts == 1
+    assert await _count(sessions, SentPart) == 2
+
+
+async def test_the_last_part_leaves_a_reply_no_longer_pending_as_it_is(
+    repos: Repositories, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    reply = await _pending_reply(repos)
+    await repos.deliveries.attempt_failed(reply.id, "blocked", final=True)
+
+    moved = await repos.deliveries.part_sent(reply.id, 0, "telegram", "9:100", now=NOW, last=True)
+
+    state = await _state(repos, reply)
+    assert moved is None
+    assert (state.delivery, state.parts_sent, state.attempts) == (Delivery.FAILED, 1, 1)
+    assert await _count(sessions, SentPart) == 1
+
+
+async def test_a_part_edited_into_its_preview_ends_the_preview_and_one_without_an_id_is_counted(
+    repos: Repositories, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    reply = await _pending_reply(repos)
+    assert reply.reply_to_seq is not None
+    place = PreviewPlace(reply.conversation_id, reply.reply_to_seq, "telegram", "9")
+    await repos.previews.record(place, "9:99")
+
+    await repos.deliveries.part_sent(reply.id, 0, "telegram", "9:99", now=NOW, preview="9:99")
+    moved = await repos.deliveries.part_sent(reply.id, 1, "telegram", None, now=NOW, last=True)
+
+    state = await _state(repos, reply)
+    assert await _count(sessions, StreamPreview) == 0
+    assert moved is not None
+    assert (state.delivery, state.parts_sent) == (Delivery.SENT, 2)
+    assert await _count(sessions, SentPart) == 1  # the part with no platform id has no row
