@@ -63,10 +63,11 @@ class PingWheel:
         slot = self._slot.pop(socket, None)
         if slot is None:
             return
-        sockets = self._due[slot]
-        sockets.discard(socket)
-        if not sockets:
-            del self._due[slot]
+        sockets = self._due.get(slot)
+        if sockets is not None:  # None: its slot is being pinged right now
+            sockets.discard(socket)
+            if not sockets:
+                del self._due[slot]
 
     def _arm(self, slot: int) -> None:
         if self._timer is not None:
