@@ -48,7 +48,6 @@ from bench.memory_support import (
     machine,
     machine_line,
     migrated_engine,
-    process_cpu_seconds,
     process_cpu_split,
     scratch_dir,
     sqlite_url,
@@ -149,24 +148,21 @@ async def wait_until(process: Process, ready: Callable[[], Awaitable[bool]], wha
 
 async def measure(pid: int, warmup: float, seconds: float) -> dict[str, Any]:
     await asyncio.sleep(warmup)
-    first = process_cpu_seconds(pid)
-    first_split = process_cpu_split(pid)
-    if first is None or first_split is None:
+    first = process_cpu_split(pid)
+    if first is None:
         raise RuntimeError("cannot read /proc/<pid>/stat")
     started = time.monotonic()
     previous, per_second = first, []
     while (elapsed := time.monotonic() - started) < seconds:
         await asyncio.sleep(min(1.0, seconds - elapsed))
-        now = process_cpu_seconds(pid)
+        now = process_cpu_split(pid)
         if now is None:
             raise RuntimeError("the process exited while it was measured")
-        per_second.append(now - previous)
+        per_second.append(sum(now) - sum(previous))
         previous = now
     wall = time.monotonic() - started
-    cpu = previous - first
-    user, system = (
-        b - a for a, b in zip(first_split, process_cpu_split(pid) or first_split, strict=True)
-    )
+    user, system = (b - a for a, b in zip(first, previous, strict=True))
+    cpu = user + system
     return {
         "wall_seconds": round(wall, 2),
         "cpu_seconds": round(cpu, 3),

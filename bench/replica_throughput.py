@@ -27,9 +27,9 @@ from typing import Any
 
 import httpx
 
-from bench.memory_support import commit
+from bench.memory_support import commit, process_cpu_seconds
 from bench.turn_apps import GATEWAY_PATH
-from bench.turn_load import Figures, Request, drive, process_cpu_seconds, summarise
+from bench.turn_load import Figures, Request, drive, summarise
 from bench.turn_overhead import Server, _start, _stop, gateway_workload, prepared_database
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/bench_replicas"

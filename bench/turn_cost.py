@@ -50,9 +50,9 @@ from typing import Any, Literal
 
 import httpx
 
-from bench.memory_support import machine, machine_line
+from bench.memory_support import machine, machine_line, process_cpu_seconds
 from bench.turn_apps import BASELINE_PATH
-from bench.turn_load import Figures, process_cpu_seconds, run_workers, summarise
+from bench.turn_load import Figures, run_workers, summarise
 from bench.webhook_ack import scratch_database, three_processes
 from bench.webhook_baseline import TELEGRAM_HEADER
 from tests.fakes import telegram_api

@@ -6,12 +6,10 @@ import asyncio
 import contextlib
 import gc
 import math
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,17 +50,6 @@ def percentile(ordered: Sequence[float], pct: float) -> float:
         raise ValueError("no values")
     rank = max(1, math.ceil(pct / 100 * len(ordered)))
     return ordered[rank - 1]
-
-
-def process_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process and all its threads so far (Linux)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return None
-    # Fields after the command name, which is in parentheses and may contain spaces.
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def summarise(

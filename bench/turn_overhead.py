@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from bench.memory_support import commit
+from bench.memory_support import commit, process_cpu_seconds
 from bench.turn_apps import BASELINE_PATH, GATEWAY_PATH, gateway_settings
 from bench.turn_load import (
     Check,
@@ -46,7 +46,6 @@ from bench.turn_load import (
     Request,
     RequestMaker,
     drive,
-    process_cpu_seconds,
     summarise,
 )
 from bench.turn_server import Kind
