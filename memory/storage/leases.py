@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, or_, update
+from sqlalchemy import CTE, bindparam, delete, or_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -77,10 +77,21 @@ class Held:
     holder: str
 
 
+def lock_params(held: Held, now: datetime) -> dict[str, object]:
+    """The bound values of `held_fence`."""
+    return {"lease": held.name, "me": held.holder, "now": now}
+
+
+def held_fence() -> CTE:
+    """`lock_held` as a CTE of a larger statement (`lock_params`): a row if the lease
+    is still ours, locked until that statement's transaction ends; none otherwise."""
+    return _LOCK.returning(_L.name).cte("fence")
+
+
 def lock_held(connection: Connection, held: Held, now: datetime) -> None:
     """Raise `LeaseLost` unless `held` is still ours; if it is, lock it until commit, so
     nobody can take it over (once expired) before this transaction is done."""
-    locked = connection.execute(_LOCK, {"lease": held.name, "me": held.holder, "now": now})
+    locked = connection.execute(_LOCK, lock_params(held, now))
     if locked.rowcount != 1:
         raise LeaseLost(held.name)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, Update, bindparam, func, select, update
+from sqlalchemy import CTE, Row, Select, Update, bindparam, func, literal, select, true, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -25,9 +25,9 @@ from memory.storage.attachments import (
     media_line,
     take_uploads,
 )
-from memory.storage.engine import read, write_transaction, writer_queue
+from memory.storage.engine import dialect_of, read, write_alone, write_transaction, writer_queue
 from memory.storage.inserts import dialect_insert, skipping_insert
-from memory.storage.leases import Held, lock_held
+from memory.storage.leases import Held, LeaseLost, held_fence, lock_held, lock_params
 from memory.storage.models import (
     Conversation,
     ConversationKind,
@@ -36,8 +36,8 @@ from memory.storage.models import (
     Role,
     UsageKind,
 )
-from memory.storage.tables import CONVERSATIONS, IDENTITIES, MESSAGES
-from memory.storage.usage_days import Payer, charge
+from memory.storage.tables import CONVERSATIONS, IDENTITIES, MESSAGES, USAGE_DAYS
+from memory.storage.usage_days import USAGE_COLUMNS, Payer, adding_cte, charge, charges
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +189,19 @@ class Messages:
         (`LeaseLost` otherwise): a turn that lost its conversation stores no reply.
         """
         tokens = self._count_tokens(new.text)
+        if (
+            new.platform_message_id is None
+            and not new.attachment_ids
+            and not new.platform_files
+            and dialect_of(self._sessions) == "postgresql"
+        ):
+            # Nothing can skip its insert: one statement does it all (`_store_at_once`).
+            async with self._writers:
+                stored_now = await write_alone(
+                    self._sessions,
+                    lambda c: _store_at_once(c, conversation_id, new, tokens, now, held),
+                )
+            return stored_now, True
 
         # One transaction (seq, insert, redelivery): split, the seq could be reserved
         # by one statement and used by another's.
@@ -426,6 +439,12 @@ def _seq_and_insert(is_user: bool, answers: bool, keys: tuple[str, ...]) -> Any:
     skipped insert's rollback still gives the seq back). SQLite allows no UPDATE
     inside WITH."""
     taken = _next_seq(is_user, answers).cte("taken")
+    return _insert_taken(taken, keys).add_cte(taken)
+
+
+def _insert_taken(taken: CTE, keys: tuple[str, ...]) -> Any:
+    """Insert a message (`new_…` values of the columns `keys`) under the seq `taken`
+    returns; none if it returns none."""
     columns = [MESSAGES.c.seq, *(MESSAGES.c[key] for key in keys)]
     # Named apart from the columns: an UPDATE takes a parameter named as one of its
     # table's columns for a value to set.
@@ -437,9 +456,79 @@ def _seq_and_insert(is_user: bool, answers: bool, keys: tuple[str, ...]) -> Any:
         dialect_insert("postgresql", MESSAGES)
         # The columns left out have server defaults.
         .from_select(columns, values, include_defaults=False)
-        .add_cte(taken)
         .on_conflict_do_nothing()
         .returning(*MESSAGE_ROW)
+    )
+
+
+def _store_at_once(
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    new: NewMessage,
+    tokens: int,
+    now: datetime,
+    held: Held | None,
+) -> StoredMessage:
+    """On PostgreSQL, a message without a platform id stored as `add_message`'s
+    transaction stores it, in one statement (`_stored_at_once`), atomic by itself: one
+    round trip where BEGIN, the lease's lock, the seq and insert, the charge and COMMIT
+    took five. Nothing but a gone conversation can skip the insert, so no seq is ever
+    taken for nothing."""
+    is_user, answers = new.role is Role.USER, new.reply_to_seq is not None
+    values = _row(conversation_id, new, tokens, now)
+    rows = (
+        []
+        if not new.usage or new.payer is None
+        else charges(new.payer, UsageKind.TURN, new.usage, now)
+    )
+    params: dict[str, Any] = {
+        "conversation": conversation_id,
+        "answered": new.reply_to_seq,
+        "at": now,
+    }
+    params.update((f"new_{key}", value) for key, value in values.items())
+    if held is not None:
+        params.update(lock_params(held, now))
+    for index, row in enumerate(rows):
+        params.update((f"charge{index}_{key}", value) for key, value in row.items())
+    statement = _stored_at_once(is_user, answers, tuple(values), held is not None, len(rows))
+    stored = connection.execute(statement, params).one()
+    if held is not None and not stored.held:
+        raise LeaseLost(held.name)
+    if stored.id is None:
+        raise ConversationGone(conversation_id)
+    return StoredMessage(*stored[1:])
+
+
+@functools.cache
+def _stored_at_once(
+    is_user: bool, answers: bool, keys: tuple[str, ...], fenced: bool, charged: int
+) -> Select[Any]:
+    """`_store_at_once`'s statement: with `fenced`, the lease is locked first (`fence`)
+    and the seq taken only if it is still ours; the message inserted under that seq
+    (`stored`); the `charged` usage rows added only if it was (`charge0`, …). One row
+    back, always: whether the lease held, and the message (all None if none)."""
+    taking = _next_seq(is_user, answers)
+    ours: Any = true()
+    if fenced:
+        ours = select(held_fence().c.name).exists()
+        taking = taking.where(ours)
+    taken = taking.cte("taken")
+    stored = _insert_taken(taken, keys).cte("stored")
+    ctes = [taken, stored]
+    for index in range(charged):
+        row = select(
+            *(
+                bindparam(f"charge{index}_{column}", type_=USAGE_DAYS.c[column].type)
+                for column in USAGE_COLUMNS
+            )
+        ).where(select(stored.c.id).exists())
+        ctes.append(adding_cte(f"charge{index}", row))
+    one = select(literal(1).label("one")).subquery("one")
+    return (
+        select(ours.label("held"), *stored.c)
+        .select_from(one.outerjoin(stored, true()))
+        .add_cte(*ctes)
     )
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import CTE, Select, delete, func, select
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -77,24 +78,31 @@ def charge(
     connection: Connection, payer: Payer, kind: UsageKind, usage: Sequence[Usage], now: datetime
 ) -> None:
     """Add `usage` to the payer's day, in `connection`'s transaction (one row per model)."""
+    for row in charges(payer, kind, usage, now):
+        _add(connection, row)
+
+
+def charges(
+    payer: Payer, kind: UsageKind, usage: Sequence[Usage], now: datetime
+) -> list[dict[str, Any]]:
+    """The rows `charge` adds to: one per model, with the calls' counts summed."""
     by_model: dict[str, list[Usage]] = {}
     for call in usage:
         by_model.setdefault(call.model, []).append(call)
-    for model, calls in by_model.items():
-        _add(
-            connection,
-            {
-                "day": payer.day(now),
-                "subject": payer.subject,
-                "kind": kind,
-                "model": model,
-                "group": payer.group,
-                "calls": len(calls),
-                "prompt": sum(c.prompt for c in calls),
-                "cached": sum(c.cached for c in calls),
-                "completion": sum(c.completion for c in calls),
-            },
-        )
+    return [
+        {
+            "day": payer.day(now),
+            "subject": payer.subject,
+            "kind": kind,
+            "model": model,
+            "group": payer.group,
+            "calls": len(calls),
+            "prompt": sum(c.prompt for c in calls),
+            "cached": sum(c.cached for c in calls),
+            "completion": sum(c.completion for c in calls),
+        }
+        for model, calls in by_model.items()
+    ]
 
 
 async def move_usage(session: AsyncSession, absorbed: uuid.UUID, survivor: uuid.UUID) -> None:
@@ -102,14 +110,24 @@ async def move_usage(session: AsyncSession, absorbed: uuid.UUID, survivor: uuid.
     `session`'s transaction."""
     rows = (await session.scalars(select(UsageDay).where(UsageDay.subject == absorbed))).all()
     moved = [
-        {column: getattr(row, column) for column in _COLUMNS} | {"subject": survivor}
+        {column: getattr(row, column) for column in USAGE_COLUMNS} | {"subject": survivor}
         for row in rows
     ]
     await session.execute(delete(UsageDay).where(UsageDay.subject == absorbed))
     await session.run_sync(lambda s: _add_all(s.connection(), moved))
 
 
-_COLUMNS = ("day", "subject", "kind", "model", "group", "calls", "prompt", "cached", "completion")
+USAGE_COLUMNS = (
+    "day",
+    "subject",
+    "kind",
+    "model",
+    "group",
+    "calls",
+    "prompt",
+    "cached",
+    "completion",
+)
 
 
 def _add_all(connection: Connection, rows: Sequence[dict[str, object]]) -> None:
@@ -126,7 +144,18 @@ def _add(connection: Connection, row: dict[str, object]) -> None:
 def _adding(dialect: str) -> Any:
     """The upsert `_add` runs, built once per dialect (every turn charges one): the
     row's values are given to `execute`, so a charge costs no statement building."""
-    statement = dialect_insert(dialect, USAGE_DAYS)
+    return _on_conflict_add(dialect_insert(dialect, USAGE_DAYS))
+
+
+def adding_cte(name: str, row_values: Select[Any]) -> CTE:
+    """On PostgreSQL, `_add` as a CTE of a larger statement: the row is what
+    `row_values` selects (the columns of `USAGE_COLUMNS`, in order; none, no charge)."""
+    statement = postgresql.insert(USAGE_DAYS).from_select(USAGE_COLUMNS, row_values)
+    upsert: CTE = _on_conflict_add(statement).cte(name)
+    return upsert
+
+
+def _on_conflict_add(statement: Any) -> Any:
     added = statement.excluded
     table = USAGE_DAYS.c
     return statement.on_conflict_do_update(
