@@ -1,15 +1,22 @@
-"""Where an answer goes, read in one query: the author's platform address and, in a
-group, the group's platform id."""
+"""Where an answer goes: read in one query (the author's platform address and, in a
+group, the group's platform id), or, for a turn started by a message this process
+took, as its channel said."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memory.storage.repositories import Repositories
 from memory.token_count import message_tokens
+from tests.fakes import telegram_api as tg
+from tests.fakes.llm_server import FakeLLM
+from tests.support.platforms import platform_gateway
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -31,3 +38,41 @@ async def test_a_private_chat_goes_to_its_author_and_a_group_to_the_group(
     # An operator's message has no author; a conversation erased meanwhile, no address.
     assert await deliveries.address(group, None) == ("", "-100777")
     assert await deliveries.address(uuid.uuid4(), ann.identity_id) == ("", None)
+
+
+async def test_a_turn_answers_where_its_message_came_from_without_reading_it_back(
+    database_url: str, tmp_path: Path, llm: FakeLLM
+) -> None:
+    """Nor, in a private chat (where the reply shows as a draft while written, never
+    as a preview message), how its reply's delivery stands: it was stored just now."""
+    group = tg.group_chat()
+    read_back: list[str] = []
+    states: list[str] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "FROM conversations LEFT OUTER JOIN identities" in statement:
+            read_back.append(statement)
+        if statement.startswith("SELECT messages.delivery, messages.delivery_parts_sent"):
+            states.append(statement)
+
+    async with platform_gateway(database_url, tmp_path, llm) as p:
+        engine = p.gw.services.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", keep)
+        try:
+            await p.telegram(tg.text_update(4242, "hello there", first_name="Ann"))
+            await p.tg.wait_until(lambda f: f.texts(4242) == ["reply 1"])
+            private_states = len(states)
+            mention = tg.mention_update(4242, f"@{tg.BOT_USERNAME} and you all?", group)
+            await p.telegram(mention)
+            await p.tg.wait_until(lambda f: f.texts(group["id"]) == ["reply 2"])
+        finally:
+            event.remove(engine, "before_cursor_execute", keep)
+
+    typing = [c.params["chat_id"] for c in p.tg.calls if c.method == "sendChatAction"]
+    assert set(typing) == {4242, group["id"]}
+    quoted = p.tg.sent(group["id"])[0].params["reply_parameters"]["message_id"]
+    assert quoted == mention["message"]["message_id"]
+    assert read_back == []
+    # The group's reply may replace a preview (edits on): its state is read, preview too.
+    assert (private_states, len(states)) == (0, 1)
+    assert "stream_previews" in states[0]

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memory.storage.deliveries import DeliveryMoved, DeliveryState
+from memory.storage.deliveries import DeliveryMoved, DeliveryState, NotPending
 from memory.storage.messages import NewMessage, StoredMessage
 from memory.storage.models import Delivery, Role, SentPart, StreamPreview
 from memory.storage.previews import PreviewPlace
@@ -25,9 +25,9 @@ def repos(sessions: async_sessionmaker[AsyncSession]) -> Repositories:
     return Repositories.open(sessions, count_tokens=message_tokens, now=lambda: NOW)
 
 
-async def _pending_reply(repos: Repositories) -> StoredMessage:
+async def _pending_reply(repos: Repositories, person: str = "9") -> StoredMessage:
     ref = await repos.identities.resolve_identity(
-        "telegram", "9", display_name="Di", timezone="UTC", now=NOW
+        "telegram", person, display_name="Di", timezone="UTC", now=NOW
     )
     asked, _ = await repos.messages.add_message(
         ref.conversation_id, NewMessage(Role.USER, "telegram", "tell me a long story"), now=NOW
@@ -119,3 +119,44 @@ async def test_a_part_edited_into_its_preview_ends_the_preview_and_one_without_a
     assert moved is not None
     assert (state.delivery, state.parts_sent) == (Delivery.SENT, 2)
     assert await _count(sessions, SentPart) == 1  # the part with no platform id has no row
+
+
+async def test_a_part_is_marked_as_going_out_only_next_in_line_of_a_pending_reply(
+    repos: Repositories,
+) -> None:
+    deliveries = repos.deliveries
+    pending, sent, failed, erased, in_doubt = [
+        await _pending_reply(repos, person) for person in "12345"
+    ]
+    await deliveries.sending(pending.id, 0)
+    await deliveries.part_sent(pending.id, 0, "telegram", "9:100", now=NOW)
+    await deliveries.sending(sent.id, 0)
+    await deliveries.part_sent(sent.id, 0, "telegram", "9:200", now=NOW, last=True)
+    await deliveries.attempt_failed(failed.id, "blocked", final=True)
+    assert await repos.erasure.delete_conversation(erased.conversation_id, now=NOW) is not None
+    await deliveries.sending(in_doubt.id, 0)  # and the process stopped
+
+    refused = []
+    for reply, part in [
+        (pending, 0),  # sent already
+        (pending, 2),  # part 1 is not
+        (sent, 1),
+        (failed, 0),
+        (erased, 0),
+        (in_doubt, 0),  # settled first (`DeliveryLoop._settle_uncertain`)
+    ]:
+        with pytest.raises(NotPending) as caught:
+            await deliveries.sending(reply.id, part)
+        refused.append((caught.value.message_id, caught.value.part))
+    await deliveries.sending(pending.id, 1)
+
+    assert refused == [
+        (pending.id, 0),
+        (pending.id, 2),
+        (sent.id, 1),
+        (failed.id, 0),
+        (erased.id, 0),
+        (in_doubt.id, 0),
+    ]
+    assert (await _state(repos, pending)).uncertain_part == 1
+    assert (await _state(repos, in_doubt)).uncertain_part == 0  # as it was

@@ -32,7 +32,7 @@ from gateway.metrics import Metrics
 from gateway.replicas.lease_keeper import Fence, Unshared, hold
 from gateway.settings import UncertainParts
 from gateway.tasks import finish_or_cancel
-from memory.storage.deliveries import Deliveries, DeliveryMoved
+from memory.storage.deliveries import Deliveries, DeliveryMoved, DeliveryState, NotPending
 from memory.storage.leases import Leases
 from memory.storage.models import Delivery
 
@@ -64,6 +64,9 @@ def lane_lease(lane: Hashable) -> str:
 class _Job:
     outbound: Outbound
     sender: Connector
+    # Stored just now by this process and never tried, with no preview to replace:
+    # where its delivery stands is known without reading it.
+    fresh: bool = False
 
 
 class DeliveryLoop:
@@ -102,8 +105,10 @@ class DeliveryLoop:
         # reads the same needs no finishing edit. In this process only, and bounded.
         self._previewed: OrderedDict[str, str] = OrderedDict()
 
-    async def submit(self, outbound: Outbound, sender: Connector) -> None:
-        """Deliver a stored, pending reply; returns once it is queued (or sent inline)."""
+    async def submit(self, outbound: Outbound, sender: Connector, *, fresh: bool = False) -> None:
+        """Deliver a stored, pending reply; returns once it is queued (or sent inline).
+        `fresh`: stored just now by this process, never tried, and shown by no preview
+        (its state is not read; marking its first part as being sent checks it)."""
         if sender.capabilities.max_length is None:
             await self._inline(outbound, sender)
             return
@@ -111,7 +116,7 @@ class DeliveryLoop:
             return  # still pending in the database: the next start delivers it
         self._queued.add(outbound.message_id)
         lane = (outbound.channel, outbound.group_id or outbound.external_user_id)
-        self._lanes.setdefault(lane, deque()).append(_Job(outbound, sender))
+        self._lanes.setdefault(lane, deque()).append(_Job(outbound, sender, fresh))
         if lane not in self._workers:
             self._workers[lane] = asyncio.create_task(self._work(lane), name=f"deliver:{lane}")
 
@@ -193,9 +198,12 @@ class DeliveryLoop:
         outbound, sender = job.outbound, job.sender
         caps = sender.capabilities
         chat = outbound.group_id or outbound.external_user_id
-        state = await self._deliveries.state(
-            outbound.message_id, preview_in=chat if caps.edits else None
-        )
+        if job.fresh:
+            state: DeliveryState | None = DeliveryState(outbound.message_id, Delivery.PENDING, 0, 0)
+        else:
+            state = await self._deliveries.state(
+                outbound.message_id, preview_in=chat if caps.edits else None
+            )
         if state is None or state.delivery is not Delivery.PENDING:
             return  # delivered meanwhile, or deleted
         assert caps.max_length is not None  # checked in submit()
@@ -223,6 +231,15 @@ class DeliveryLoop:
                 self._sending.add(lane)
                 try:
                     failure = await self._send_part(sender, part)
+                except NotPending:
+                    # Sent, failed or deleted meanwhile, or gone on from elsewhere: as
+                    # the database says; what is left, a sweep sends.
+                    log.info(
+                        "a reply moved on before its part went out",
+                        message_id=part.message_id,
+                        part=index,
+                    )
+                    return
                 finally:
                     self._sending.discard(lane)
                 if not isinstance(failure, DeliveryError):

@@ -49,9 +49,10 @@ class Outbox:
         self._deliveries = repos.deliveries
         self._previews = repos.previews
         self._delivery = delivery
-        # The chat each running turn's presence read, kept for its reply's delivery so a
-        # turn reads its address once. Taken by `deliver`; bounded for turns that fail
-        # between the two.
+        # Where each message that starts a turn came from, as its channel said (or as the
+        # turn's presence read it), kept for the turn's presence and its reply's
+        # delivery: a turn reads its address at most once. Taken by `deliver`; bounded
+        # for turns that fail, or run on another replica.
         self._turn_chats: OrderedDict[int, ChatRef] = OrderedDict()
 
     def delivered_by_storing(self, channel: str) -> bool:
@@ -64,13 +65,31 @@ class Outbox:
         if sender is not None and sender.capabilities.delivered_by_storing:
             # Only the address matters.
             chat = ChatRef(reply.channel, await self._identities.external_id(trigger.identity_id))
-        else:
-            chat = (
-                self._turn_chats.pop(trigger.id)
-                if trigger.id in self._turn_chats
-                else await self.chat_of(trigger)
-            )
-        await self._submit(reply, trigger, chat)
+            await self._submit(reply, trigger, chat)
+            return
+        chat = (
+            self._turn_chats.pop(trigger.id)
+            if trigger.id in self._turn_chats
+            else await self.chat_of(trigger)
+        )
+        # Stored just now and never tried; fresh unless a preview may show it, which
+        # only a channel that edits does, and never where it shows a draft instead.
+        caps = None if sender is None else sender.capabilities
+        fresh = caps is not None and (not caps.edits or (caps.drafts and chat.group_id is None))
+        await self._submit(reply, trigger, chat, fresh=fresh)
+
+    def arrived(self, message: StoredMessage, chat: ChatRef) -> None:
+        """`message`, just stored, came from `chat`: its turn answers there without
+        reading the address back (`chat_of` reads what `chat` says)."""
+        sender = self._senders.get(message.channel)
+        if sender is not None and not sender.capabilities.delivered_by_storing:
+            self._keep_chat(message.id, chat)
+
+    def _keep_chat(self, message_id: int, chat: ChatRef) -> None:
+        self._turn_chats[message_id] = chat
+        self._turn_chats.move_to_end(message_id)
+        if len(self._turn_chats) > TURN_CHATS_KEPT:
+            self._turn_chats.popitem(last=False)
 
     async def send_unprompted(self, message: StoredMessage, chat: ChatRef) -> None:
         """Send a stored message that answers nothing (an operator's) to `chat`."""
@@ -78,7 +97,12 @@ class Outbox:
             await self._submit(message, None, chat)
 
     async def _submit(
-        self, reply: StoredMessage, trigger: StoredMessage | None, chat: ChatRef
+        self,
+        reply: StoredMessage,
+        trigger: StoredMessage | None,
+        chat: ChatRef,
+        *,
+        fresh: bool = False,
     ) -> None:
         sender = self._senders.get(reply.channel)
         if sender is None:
@@ -96,7 +120,7 @@ class Outbox:
             reply_to_sent_at=None if trigger is None else trigger.sent_at,
             reminder=trigger is not None and is_firing(trigger.source),
         )
-        await self._delivery.submit(outbound, sender)
+        await self._delivery.submit(outbound, sender, fresh=fresh)
 
     async def notify(self, chat: ChatRef, text: str) -> None:
         """A gateway answer that is not stored (a refusal, a pairing code), where the
@@ -131,10 +155,8 @@ class Outbox:
         if sender is None or interval is None:
             yield NO_PREVIEW
             return
-        chat = await self.chat_of(trigger)
-        self._turn_chats[trigger.id] = chat
-        if len(self._turn_chats) > TURN_CHATS_KEPT:
-            self._turn_chats.popitem(last=False)
+        chat = self._turn_chats.get(trigger.id) or await self.chat_of(trigger)
+        self._keep_chat(trigger.id, chat)
         caps = sender.capabilities
         async with typing_while(sender, chat, interval):
             if caps.drafts and chat.group_id is None:

@@ -229,6 +229,8 @@ class Core:
             raise InputError(str(missing)) from None
         if created:
             self._metrics.inbound.labels(inbound.channel).inc()
+            if inbound.expects_reply:
+                self._outbox.arrived(message, _chat(inbound))
             self.hub.message(message)
             if inbound.files and self._fetcher is not None:
                 self._fetcher.fetch(message)

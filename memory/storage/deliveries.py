@@ -71,9 +71,15 @@ _STATE = select(*_STATE_COLUMNS, null().label("preview")).where(
 _STATE_AND_PREVIEW = select(*_STATE_COLUMNS, _PREVIEW.label("preview")).where(
     MESSAGES.c.id == bindparam("message_id")
 )
+# Only the part next in line of a reply still pending, with no part in doubt.
 _SENDING = (
     update(MESSAGES)
-    .where(MESSAGES.c.id == bindparam("message_id"))
+    .where(
+        MESSAGES.c.id == bindparam("message_id"),
+        MESSAGES.c.delivery == Delivery.PENDING,
+        MESSAGES.c.delivery_parts_sent == bindparam("part"),
+        MESSAGES.c.delivery_sending_part.is_(None),
+    )
     .values(delivery_sending_part=bindparam("part"))
 )
 _PART_DONE = (
@@ -153,6 +159,15 @@ def _part_sent_statement(inserts: bool, last: bool, preview: bool) -> Any:
     return statement
 
 
+class NotPending(LookupError):
+    """A reply is not where a send of one of its parts needs it to be."""
+
+    def __init__(self, message_id: int, part: int) -> None:
+        super().__init__(f"reply {message_id} is not pending from part {part}")
+        self.message_id = message_id
+        self.part = part
+
+
 @dataclass(frozen=True, slots=True)
 class DeliveryState:
     message_id: int
@@ -226,10 +241,17 @@ class Deliveries:
         )
 
     async def sending(self, message_id: int, part: int) -> None:
-        """A send call for `part` is about to go out (cleared once its answer is in)."""
+        """A send call for `part` is about to go out (cleared once its answer is in).
+        `NotPending` (nothing marked) unless the reply is pending, every part before
+        `part` sent, none after it, and none in doubt: it was sent, failed, deleted or
+        went on meanwhile, and is not to be sent from here."""
         params = {"message_id": message_id, "part": part}
         async with self._writes:
-            await write_alone(self._sessions, lambda c: c.execute(_SENDING, params))
+            marked = await write_alone(
+                self._sessions, lambda c: c.execute(_SENDING, params).rowcount
+            )
+        if marked != 1:
+            raise NotPending(message_id, part)
 
     async def uncertain(self, message_id: int, part: int, *, skip: bool) -> None:
         """Count `part` as uncertain; with `skip`, treat it as sent and go on after it."""
