@@ -4,18 +4,28 @@ took, as its channel said."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.channels.delivery import DeliveryLoop, RetryPolicy
+from gateway.channels.outbox import Outbox
+from gateway.channels.port import Connector
+from gateway.clock import SystemClock
+from gateway.envelopes import ChatRef
+from memory.storage.messages import NewMessage
+from memory.storage.models import Delivery, Role
 from memory.storage.repositories import Repositories
 from memory.token_count import message_tokens
 from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
+from tests.fakes.recording_platform import RecordingPlatform
 from tests.support.platforms import platform_gateway
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -76,3 +86,60 @@ async def test_a_turn_answers_where_its_message_came_from_without_reading_it_bac
     # The group's reply may replace a preview (edits on): its state is read, preview too.
     assert (private_states, len(states)) == (0, 1)
     assert "stream_previews" in states[0]
+
+
+async def test_a_chat_kept_for_one_message_never_answers_another_that_took_its_id(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # On SQLite a message's id is used again once the newest rows are erased: a chat
+    # kept for the erased one must not take the next message's answer (a reminder's,
+    # with no platform id of its own) to the wrong person.
+    repos = Repositories.open(sessions, count_tokens=message_tokens, now=lambda: NOW)
+    ann = await repos.identities.resolve_identity(
+        "telegram", "4242", display_name="Ann", timezone="UTC", now=NOW
+    )
+    bob = await repos.identities.resolve_identity(
+        "telegram", "5151", display_name="Bob", timezone="UTC", now=NOW
+    )
+    asked, _ = await repos.messages.add_message(
+        ann.conversation_id,
+        NewMessage(
+            Role.USER,
+            "telegram",
+            "/erase",
+            identity_id=ann.identity_id,
+            platform_message_id="4242:1",
+        ),
+        now=NOW,
+    )
+    reminder, _ = await repos.messages.add_message(
+        bob.conversation_id,
+        NewMessage(Role.USER, "telegram", "water the plants", identity_id=bob.identity_id),
+        now=NOW,
+    )
+    took_its_id = dataclasses.replace(reminder, id=asked.id)
+    reply, _ = await repos.messages.add_message(
+        bob.conversation_id,
+        NewMessage(
+            Role.ASSISTANT,
+            "telegram",
+            "time to water the plants",
+            reply_to_seq=reminder.seq,
+            delivery=Delivery.PENDING,
+        ),
+        now=NOW,
+    )
+    platform = RecordingPlatform()
+    loop = DeliveryLoop(
+        deliveries=repos.deliveries, clock=SystemClock(), retry=RetryPolicy(3, 0.01, 0.1)
+    )
+    outbox = Outbox([cast(Connector, platform)], repos, loop)
+
+    outbox.arrived(asked, ChatRef("telegram", "4242", None, "4242:1"))
+    async with outbox.working(took_its_id):
+        await asyncio.wait_for(platform.typed.wait(), 10)
+    await outbox.deliver(reply, took_its_id)
+    await asyncio.wait_for(platform.done.wait(), 10)
+
+    assert platform.typing_in == ["5151"]
+    assert platform.sent == [("5151", "time to water the plants")]

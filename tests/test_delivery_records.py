@@ -4,18 +4,24 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.channels.delivery import DeliveryLoop, RetryPolicy
+from gateway.channels.port import Connector
+from gateway.clock import SystemClock
+from gateway.envelopes import Outbound
 from memory.storage.deliveries import DeliveryMoved, DeliveryState, NotPending
 from memory.storage.messages import NewMessage, StoredMessage
-from memory.storage.models import Delivery, Role, SentPart, StreamPreview
+from memory.storage.models import Delivery, Message, Role, SentPart, StreamPreview
 from memory.storage.previews import PreviewPlace
 from memory.storage.repositories import Repositories
 from memory.token_count import message_tokens
+from tests.fakes.recording_platform import RecordingPlatform
+from tests.support.polling import eventually
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -160,3 +166,52 @@ async def test_a_part_is_marked_as_going_out_only_next_in_line_of_a_pending_repl
     ]
     assert (await _state(repos, pending)).uncertain_part == 1
     assert (await _state(repos, in_doubt)).uncertain_part == 0  # as it was
+
+
+async def test_a_fresh_reply_that_moved_on_before_its_lane_got_to_it_goes_out_no_more(
+    repos: Repositories,
+) -> None:
+    # Stored just now, a reply goes to its lane `fresh`, its state not read: the mark
+    # before its first part is what finds it sent, failed or erased meanwhile.
+    deliveries = repos.deliveries
+    pending, sent, failed, erased = [await _pending_reply(repos, person) for person in "1234"]
+    await deliveries.sending(sent.id, 0)
+    await deliveries.part_sent(sent.id, 0, "telegram", "2:100", now=NOW, last=True)
+    await deliveries.attempt_failed(failed.id, "blocked", final=True)
+    assert await repos.erasure.delete_conversation(erased.conversation_id, now=NOW) is not None
+    platform = RecordingPlatform()
+    loop = DeliveryLoop(deliveries=deliveries, clock=SystemClock(), retry=RetryPolicy(3, 0.01, 0.1))
+
+    for reply, person in [(sent, "2"), (failed, "3"), (erased, "4"), (pending, "1")]:
+        outbound = Outbound(reply.id, "telegram", person, reply.text)
+        await loop.submit(outbound, cast(Connector, platform), fresh=True)
+    await eventually(lambda: _idle(loop), until=bool)
+
+    assert platform.sent == [("1", pending.text)]
+    assert (await _state(repos, pending)).delivery is Delivery.SENT
+    assert (await _state(repos, sent)).attempts == 1  # as it was
+    assert (await _state(repos, failed)).delivery is Delivery.FAILED
+    assert await deliveries.state(erased.id) is None
+
+
+async def _idle(loop: DeliveryLoop) -> bool:
+    return not loop.busy
+
+
+async def test_a_stale_mark_of_another_part_does_not_hold_a_reply_back(
+    repos: Repositories, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    # Left by a replica whose lane was taken while it stalled: a mark of a part other
+    # than the next is in doubt about nothing (`state` says so), and must not keep the
+    # reply pending for ever.
+    reply = await _pending_reply(repos)
+    async with sessions() as session:
+        await session.execute(
+            update(Message).where(Message.id == reply.id).values(delivery_sending_part=3)
+        )
+        await session.commit()
+    assert (await _state(repos, reply)).uncertain_part is None
+
+    await repos.deliveries.sending(reply.id, 0)
+
+    assert (await _state(repos, reply)).uncertain_part == 0

@@ -27,8 +27,9 @@ from memory.storage.repositories import Repositories
 
 log = structlog.get_logger(__name__)
 
-# More than the turns one process runs at once.
-TURN_CHATS_KEPT = 1024
+# More than the turns one process runs at once, with the messages that arrived for turns
+# still to run (or run on another replica).
+TURN_CHATS_KEPT = 4096
 
 
 class Outbox:
@@ -67,11 +68,8 @@ class Outbox:
             chat = ChatRef(reply.channel, await self._identities.external_id(trigger.identity_id))
             await self._submit(reply, trigger, chat)
             return
-        chat = (
-            self._turn_chats.pop(trigger.id)
-            if trigger.id in self._turn_chats
-            else await self.chat_of(trigger)
-        )
+        chat = self._chat_kept(trigger) or await self.chat_of(trigger)
+        self._turn_chats.pop(trigger.id, chat)  # done with (`chat`: if none was kept)
         # Stored just now and never tried; fresh unless a preview may show it, which
         # only a channel that edits does, and never where it shows a draft instead.
         caps = None if sender is None else sender.capabilities
@@ -84,6 +82,20 @@ class Outbox:
         sender = self._senders.get(message.channel)
         if sender is not None and not sender.capabilities.delivered_by_storing:
             self._keep_chat(message.id, chat)
+
+    def _chat_kept(self, trigger: StoredMessage) -> ChatRef | None:
+        """The chat kept for `trigger`, if it is its own: its platform id says so (on
+        SQLite a message's id is used again once the newest rows are erased, and a
+        message with no platform id, a reminder's, may get one kept for another)."""
+        kept = self._turn_chats.get(trigger.id)
+        if (
+            kept is None
+            or trigger.platform_message_id is None
+            or (kept.channel, kept.platform_message_id)
+            != (trigger.channel, trigger.platform_message_id)
+        ):
+            return None
+        return kept
 
     def _keep_chat(self, message_id: int, chat: ChatRef) -> None:
         self._turn_chats[message_id] = chat
@@ -155,7 +167,7 @@ class Outbox:
         if sender is None or interval is None:
             yield NO_PREVIEW
             return
-        chat = self._turn_chats.get(trigger.id) or await self.chat_of(trigger)
+        chat = self._chat_kept(trigger) or await self.chat_of(trigger)
         self._keep_chat(trigger.id, chat)
         caps = sender.capabilities
         async with typing_while(sender, chat, interval):

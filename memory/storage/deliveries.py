@@ -78,7 +78,8 @@ _SENDING = (
         MESSAGES.c.id == bindparam("message_id"),
         MESSAGES.c.delivery == Delivery.PENDING,
         MESSAGES.c.delivery_parts_sent == bindparam("part"),
-        MESSAGES.c.delivery_sending_part.is_(None),
+        # None in doubt: a mark of this part not cleared. (One of another part is stale.)
+        MESSAGES.c.delivery_sending_part.is_distinct_from(bindparam("part")),
     )
     .values(delivery_sending_part=bindparam("part"))
 )

@@ -439,12 +439,12 @@ def _seq_and_insert(is_user: bool, answers: bool, keys: tuple[str, ...]) -> Any:
     skipped insert's rollback still gives the seq back). SQLite allows no UPDATE
     inside WITH."""
     taken = _next_seq(is_user, answers).cte("taken")
-    return _insert_taken(taken, keys).add_cte(taken)
+    return _insert_taken(taken, keys).on_conflict_do_nothing().add_cte(taken)
 
 
 def _insert_taken(taken: CTE, keys: tuple[str, ...]) -> Any:
     """Insert a message (`new_…` values of the columns `keys`) under the seq `taken`
-    returns; none if it returns none."""
+    returns; none if it returns none. A clash raises, unless the caller skips it."""
     columns = [MESSAGES.c.seq, *(MESSAGES.c[key] for key in keys)]
     # Named apart from the columns: an UPDATE takes a parameter named as one of its
     # table's columns for a value to set.
@@ -456,7 +456,6 @@ def _insert_taken(taken: CTE, keys: tuple[str, ...]) -> Any:
         dialect_insert("postgresql", MESSAGES)
         # The columns left out have server defaults.
         .from_select(columns, values, include_defaults=False)
-        .on_conflict_do_nothing()
         .returning(*MESSAGE_ROW)
     )
 
@@ -472,8 +471,9 @@ def _store_at_once(
     """On PostgreSQL, a message without a platform id stored as `add_message`'s
     transaction stores it, in one statement (`_stored_at_once`), atomic by itself: one
     round trip where BEGIN, the lease's lock, the seq and insert, the charge and COMMIT
-    took five. Nothing but a gone conversation can skip the insert, so no seq is ever
-    taken for nothing."""
+    took five. With no platform id there is no redelivery to skip, so the insert skips
+    nothing: a clash would raise and undo the whole statement, and no seq is ever taken
+    for nothing."""
     is_user, answers = new.role is Role.USER, new.reply_to_seq is not None
     values = _row(conversation_id, new, tokens, now)
     rows = (
