@@ -27,6 +27,7 @@ from tests.fakes import telegram_api as tg
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.recording_platform import RecordingPlatform
 from tests.support.platforms import platform_gateway
+from tests.support.polling import eventually
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -139,7 +140,14 @@ async def test_a_chat_kept_for_one_message_never_answers_another_that_took_its_i
     async with outbox.working(took_its_id):
         await asyncio.wait_for(platform.typed.wait(), 10)
     await outbox.deliver(reply, took_its_id)
-    await asyncio.wait_for(platform.done.wait(), 10)
+    await eventually(lambda: _idle(loop), until=bool)  # its part recorded, too
+    state = await repos.deliveries.state(reply.id)
 
     assert platform.typing_in == ["5151"]
     assert platform.sent == [("5151", "time to water the plants")]
+    assert state is not None
+    assert state.delivery is Delivery.SENT
+
+
+async def _idle(loop: DeliveryLoop) -> bool:
+    return not loop.busy

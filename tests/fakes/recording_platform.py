@@ -20,7 +20,6 @@ class RecordingPlatform:
         self.typing_in: list[str] = []
         self.sent: list[tuple[str, str]] = []
         self.typed = asyncio.Event()
-        self.done = asyncio.Event()
 
     async def typing(self, chat: ChatRef) -> None:
         self.typing_in.append(chat.external_user_id)
@@ -28,7 +27,6 @@ class RecordingPlatform:
 
     async def send(self, outbound: Outbound) -> str:
         self.sent.append((outbound.external_user_id, outbound.text))
-        self.done.set()
         return f"{outbound.external_user_id}:{len(self.sent)}"
 
     def pacing(self, outbound: Outbound) -> list[Pace]:
