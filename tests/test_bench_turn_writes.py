@@ -13,8 +13,8 @@ async def test_a_tiny_run_counts_the_trips_each_way_takes() -> None:
 
     # Per turn: two messages (their seq's UPDATE and the commit; as before, also the
     # INSERT, and the reply's usage), the part's mark (UPDATE, commit), the part sent
-    # (its INSERT and the commit; as before, also the part's and the reply's UPDATEs).
+    # (its INSERT and the commit; as before, also the reply's UPDATE).
     assert result["medians"]["inline"]["trips"] == 8
-    assert result["medians"]["thread"]["trips"] == 13
+    assert result["medians"]["thread"]["trips"] == 12
     assert all(len(way["cpu_us"]) == 2 for way in result["blocks_per_way"].values())
     assert "inline/thread CPU" in render(result)

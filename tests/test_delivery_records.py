@@ -75,8 +75,10 @@ async def test_a_reply_is_counted_part_by_part_and_sent_with_its_last_once(
     await deliveries.sending(reply.id, 1)
     last = await deliveries.part_sent(reply.id, 1, "telegram", "9:101", now=NOW, last=True)
     after_last = await _state(repos, reply)
-    # The last part again: a resend after a crash before its answer was recorded.
-    again = await deliveries.part_sent(reply.id, 1, "telegram", "9:101", now=NOW, last=True)
+    # The last part recorded again, by a sender that stalled while this one went on:
+    # recorded once, counted once.
+    with pytest.raises(NotPending):
+        await deliveries.part_sent(reply.id, 1, "telegram", "9:101", now=NOW, last=True)
 
     assert first is None
     assert (after_first.delivery, after_first.parts_sent, after_first.uncertain_part) == (
@@ -90,23 +92,46 @@ async def test_a_reply_is_counted_part_by_part_and_sent_with_its_last_once(
         2,
         1,
     )
-    assert again is None
     assert (await _state(repos, reply)).attempts == 1
     assert await _count(sessions, SentPart) == 2
 
 
-async def test_the_last_part_leaves_a_reply_no_longer_pending_as_it_is(
+async def test_a_part_that_went_out_after_its_reply_failed_is_recorded_not_counted(
     repos: Repositories, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     reply = await _pending_reply(repos)
+    await repos.deliveries.sending(reply.id, 0)
     await repos.deliveries.attempt_failed(reply.id, "blocked", final=True)
 
-    moved = await repos.deliveries.part_sent(reply.id, 0, "telegram", "9:100", now=NOW, last=True)
+    with pytest.raises(NotPending):
+        await repos.deliveries.part_sent(reply.id, 0, "telegram", "9:100", now=NOW, last=True)
 
     state = await _state(repos, reply)
-    assert moved is None
-    assert (state.delivery, state.parts_sent, state.attempts) == (Delivery.FAILED, 1, 1)
-    assert await _count(sessions, SentPart) == 1
+    assert (state.delivery, state.parts_sent, state.attempts) == (Delivery.FAILED, 0, 1)
+    assert await _count(sessions, SentPart) == 1  # its receipts still find it
+
+
+async def test_a_stalled_sender_s_late_record_takes_nothing_back(
+    repos: Repositories, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    # A sender marked part 0 and stalled mid-send; its lane went to another sender,
+    # which settled part 0 as in doubt (skipped), sent part 1 and marked part 2.
+    reply = await _pending_reply(repos)
+    deliveries = repos.deliveries
+    await deliveries.sending(reply.id, 0)
+    await deliveries.uncertain(reply.id, 0, skip=True)
+    await deliveries.sending(reply.id, 1)
+    await deliveries.part_sent(reply.id, 1, "telegram", "9:101", now=NOW)
+    await deliveries.sending(reply.id, 2)
+
+    with pytest.raises(NotPending) as caught:
+        await deliveries.part_sent(reply.id, 0, "telegram", "9:100", now=NOW)
+
+    state = await _state(repos, reply)
+    assert (caught.value.message_id, caught.value.part) == (reply.id, 0)
+    # Part 2's mark stands (a crash now leaves it in doubt), and part 1 is not sent again.
+    assert (state.delivery, state.parts_sent, state.uncertain_part) == (Delivery.PENDING, 2, 2)
+    assert await _count(sessions, SentPart) == 2
 
 
 async def test_a_part_edited_into_its_preview_ends_the_preview_and_one_without_an_id_is_counted(
@@ -117,7 +142,9 @@ async def test_a_part_edited_into_its_preview_ends_the_preview_and_one_without_a
     place = PreviewPlace(reply.conversation_id, reply.reply_to_seq, "telegram", "9")
     await repos.previews.record(place, "9:99")
 
+    await repos.deliveries.sending(reply.id, 0)
     await repos.deliveries.part_sent(reply.id, 0, "telegram", "9:99", now=NOW, preview="9:99")
+    await repos.deliveries.sending(reply.id, 1)
     moved = await repos.deliveries.part_sent(reply.id, 1, "telegram", None, now=NOW, last=True)
 
     state = await _state(repos, reply)

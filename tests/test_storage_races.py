@@ -14,8 +14,16 @@ import pytest
 from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memory.storage.deliveries import NotPending
 from memory.storage.messages import NewMessage
-from memory.storage.models import Conversation, ConversationKind, Role, SentPart, User
+from memory.storage.models import (
+    Conversation,
+    ConversationKind,
+    Delivery,
+    Role,
+    SentPart,
+    User,
+)
 from memory.storage.repositories import Repositories
 from memory.token_count import message_tokens
 
@@ -133,11 +141,18 @@ async def test_a_part_recorded_twice_is_counted_once(
     )
     reply, _ = await repos.messages.add_message(
         ref.conversation_id,
-        NewMessage(role=Role.ASSISTANT, channel="telegram", text="a long answer"),
+        NewMessage(
+            role=Role.ASSISTANT,
+            channel="telegram",
+            text="a long answer",
+            delivery=Delivery.PENDING,
+        ),
         now=NOW,
     )
 
-    for _ in range(2):  # the second is the resend after a crash
+    await repos.deliveries.sending(reply.id, 0)
+    await repos.deliveries.part_sent(reply.id, 0, "telegram", "9:100", now=NOW)
+    with pytest.raises(NotPending):  # the same part again, from a sender that stalled
         await repos.deliveries.part_sent(reply.id, 0, "telegram", "9:100", now=NOW)
 
     state = await repos.deliveries.state(reply.id)

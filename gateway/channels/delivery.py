@@ -232,10 +232,11 @@ class DeliveryLoop:
                 try:
                     failure = await self._send_part(sender, part)
                 except NotPending:
-                    # Sent, failed or deleted meanwhile, or gone on from elsewhere: as
-                    # the database says; what is left, a sweep sends.
+                    # Sent, failed or deleted meanwhile, or gone on from elsewhere
+                    # (before this part went out, or while it did): as the database
+                    # says; what is left, a sweep or the lane's holder sends.
                     log.info(
-                        "a reply moved on before its part went out",
+                        "a reply moved on without this sender",
                         message_id=part.message_id,
                         part=index,
                     )

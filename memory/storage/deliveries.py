@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Update, bindparam, case, delete, func, literal, null, select, update
+from sqlalchemy import Update, bindparam, delete, func, null, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -83,11 +83,6 @@ _SENDING = (
     )
     .values(delivery_sending_part=bindparam("part"))
 )
-_PART_DONE = (
-    update(MESSAGES)
-    .where(MESSAGES.c.id == bindparam("message_id"))
-    .values(delivery_parts_sent=bindparam("parts_sent"), delivery_sending_part=None)
-)
 _PREVIEW_DONE = delete(STREAM_PREVIEWS).where(
     STREAM_PREVIEWS.c.channel == bindparam("channel"),
     STREAM_PREVIEWS.c.platform_message_id == bindparam("preview"),
@@ -103,40 +98,40 @@ _SENT = (
 
 
 @functools.cache
+def _counted(last: bool) -> ReturningUpdate[int, uuid.UUID, int]:
+    """A part the platform took, counted: only as the part this sender marked, next in
+    line of a reply still pending. A sender that stalled while another went on (its
+    lane's lease lost mid-send, its mark settled as in doubt) counts nothing: its late
+    record would take the reply back to a part already past, or clear a later part's
+    mark. With `last`, the reply is sent, in the same statement."""
+    values: dict[str, Any] = {
+        "delivery_parts_sent": bindparam("parts_sent"),
+        "delivery_sending_part": None,
+    }
+    if last:
+        values["delivery"] = Delivery.SENT
+        values["delivery_attempts"] = MESSAGES.c.delivery_attempts + 1
+    return (
+        update(MESSAGES)
+        .where(
+            MESSAGES.c.id == bindparam("message_id"),
+            MESSAGES.c.delivery == Delivery.PENDING,
+            MESSAGES.c.delivery_parts_sent == bindparam("part"),
+            MESSAGES.c.delivery_sending_part == bindparam("part"),
+        )
+        .values(values)
+        .returning(MESSAGES.c.id, MESSAGES.c.conversation_id, MESSAGES.c.seq)
+    )
+
+
+@functools.cache
 def _part_sent_statement(inserts: bool, last: bool, preview: bool) -> Any:
     """`Deliveries.part_sent` on PostgreSQL: one statement, atomic by itself, where the
-    transaction takes five round trips (BEGIN, the sent part, the reply's count, its
-    state, COMMIT). The reply's row is locked first (`old`), so whether it was still
-    pending is read where it is changed; RETURNING shows only new values. `moved` says
-    whether the last part moved it to sent, as `_SENT` returning a row does. (A bound
-    value may not share a name with a column of the table updated: `part_…`.)"""
-    counted = update(MESSAGES).values(
-        delivery_parts_sent=bindparam("parts_sent"), delivery_sending_part=None
-    )
-    statement: Update | ReturningUpdate[Any, Any, Any, Any]
-    if last:
-        old = (
-            select(MESSAGES.c.id, MESSAGES.c.delivery)
-            .where(MESSAGES.c.id == bindparam("message_id"))
-            .with_for_update()
-            .cte("old")
-        )
-        pending = old.c.delivery == Delivery.PENDING
-        statement = (
-            counted.where(MESSAGES.c.id == old.c.id)
-            .values(
-                delivery=case(
-                    (pending, literal(Delivery.SENT, MESSAGES.c.delivery.type)),
-                    else_=MESSAGES.c.delivery,
-                ),
-                delivery_attempts=MESSAGES.c.delivery_attempts + case((pending, 1), else_=0),
-            )
-            .returning(
-                MESSAGES.c.id, MESSAGES.c.conversation_id, MESSAGES.c.seq, pending.label("moved")
-            )
-        )
-    else:
-        statement = counted.where(MESSAGES.c.id == bindparam("message_id"))
+    transaction takes four or five round trips (BEGIN, the sent part, the count,
+    COMMIT). The sent part and the preview's end are CTEs, which run whether or not the
+    part is counted. (A bound value may not share a name with a column of the table
+    updated: `part_…`.)"""
+    statement: Any = _counted(last)
     if inserts:
         statement = statement.add_cte(
             postgresql.insert(SENT_PARTS)
@@ -291,9 +286,12 @@ class Deliveries:
         last: bool = False,
         preview: str | None = None,
     ) -> DeliveryMoved | None:
-        """The platform took `part`. With `last`, the reply is sent too, in the same
-        transaction (what `sent` does): the reply it moved, or None as `sent` says.
+        """The platform took `part`, marked by `sending`: recorded, and counted (with
+        `last`, the reply is sent too, and this is where it moved; else None).
+        `NotPending` if it is recorded but not counted: the reply went on without this
+        sender (another settled its mark, sent, failed or erased it meanwhile).
         `preview`: the part was edited into that preview message, done with now."""
+        counted: Any
         if dialect_of(self._sessions) == "postgresql":
             params = {
                 "message_id": message_id,
@@ -306,41 +304,38 @@ class Deliveries:
                 "preview": preview,
             }
             statement = _part_sent_statement(platform_id is not None, last, preview is not None)
+            async with self._writes:
+                counted = await write_alone(
+                    self._sessions, lambda c: c.execute(statement, params).one_or_none()
+                )
+        else:
 
-            def at_once(connection: Connection) -> DeliveryMoved | None:
-                result = connection.execute(statement, params)
-                row = result.one_or_none() if last else None
-                if row is None or not row.moved:
-                    return None
-                return DeliveryMoved(row.id, row.conversation_id, row.seq)
+            def record(connection: Connection) -> Any:
+                if preview is not None:
+                    connection.execute(_PREVIEW_DONE, {"channel": channel, "preview": preview})
+                if platform_id is not None:
+                    # A part recorded before (a resend after a crash) is not again.
+                    connection.execute(
+                        skipping_insert(connection.dialect.name, SENT_PARTS),
+                        {
+                            "message_id": message_id,
+                            "part": part,
+                            "channel": channel,
+                            "platform_message_id": platform_id,
+                            "status": Delivery.SENT,
+                            "updated_at": now,
+                        },
+                    )
+                return connection.execute(
+                    _counted(last),
+                    {"message_id": message_id, "part": part, "parts_sent": part + 1},
+                ).one_or_none()
 
             async with self._writes:
-                return await write_alone(self._sessions, at_once)
-
-        def record(connection: Connection) -> DeliveryMoved | None:
-            if preview is not None:
-                connection.execute(_PREVIEW_DONE, {"channel": channel, "preview": preview})
-            if platform_id is not None:
-                # A part recorded before (a resend after a crash) is counted only.
-                connection.execute(
-                    skipping_insert(connection.dialect.name, SENT_PARTS),
-                    {
-                        "message_id": message_id,
-                        "part": part,
-                        "channel": channel,
-                        "platform_message_id": platform_id,
-                        "status": Delivery.SENT,
-                        "updated_at": now,
-                    },
-                )
-            connection.execute(_PART_DONE, {"message_id": message_id, "parts_sent": part + 1})
-            if not last:
-                return None
-            row = connection.execute(_SENT, {"message_id": message_id}).one_or_none()
-            return None if row is None else DeliveryMoved(row.id, row.conversation_id, row.seq)
-
-        async with self._writes:
-            return await write_transaction(self._sessions, record)
+                counted = await write_transaction(self._sessions, record)
+        if counted is None:
+            raise NotPending(message_id, part)
+        return DeliveryMoved(counted.id, counted.conversation_id, counted.seq) if last else None
 
     async def sent(self, message_id: int) -> DeliveryMoved | None:
         """Every part went out; None if the reply was no longer pending (receipts that

@@ -120,6 +120,7 @@ class World:
                 now=self.now(),
             )
             if reply is Delivery.SENT:
+                await self.repos.deliveries.sending(answer.id, 0)
                 await self.repos.deliveries.part_sent(
                     answer.id, 0, channel, f"out-{answer.id}", now=self.now()
                 )
