@@ -242,3 +242,16 @@ async def test_a_stale_mark_of_another_part_does_not_hold_a_reply_back(
     await repos.deliveries.sending(reply.id, 0)
 
     assert (await _state(repos, reply)).uncertain_part == 0
+
+
+async def test_a_part_sent_as_its_reply_was_erased_is_neither_recorded_nor_counted(
+    repos: Repositories, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    reply = await _pending_reply(repos)
+    await repos.deliveries.sending(reply.id, 0)
+    assert await repos.erasure.delete_conversation(reply.conversation_id, now=NOW) is not None
+
+    with pytest.raises(NotPending):
+        await repos.deliveries.part_sent(reply.id, 0, "telegram", "9:100", now=NOW, last=True)
+
+    assert await _count(sessions, SentPart) == 0

@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Update, bindparam, delete, func, null, select, update
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import ReturningUpdate
@@ -28,7 +27,7 @@ from memory.storage.engine import (
     write_transaction,
     writer_queue,
 )
-from memory.storage.inserts import skipping_insert
+from memory.storage.inserts import dialect_insert
 from memory.storage.models import (
     ConversationKind,
     Delivery,
@@ -125,6 +124,24 @@ def _counted(last: bool) -> ReturningUpdate[int, uuid.UUID, int]:
 
 
 @functools.cache
+def _part_recorded(dialect: str) -> Any:
+    """The part the platform took, kept for its receipts: once (a resend after a crash
+    is not kept again), and only while its reply exists (one erased while the part was
+    on its way has nothing to keep it for)."""
+    columns = SENT_PARTS.c
+    sent = select(
+        MESSAGES.c.id,
+        bindparam("part", type_=columns.part.type),
+        bindparam("part_channel", type_=columns.channel.type),
+        bindparam("part_platform_id", type_=columns.platform_message_id.type),
+        bindparam("part_status", type_=columns.status.type),
+        bindparam("part_at", type_=columns.updated_at.type),
+    ).where(MESSAGES.c.id == bindparam("message_id"))
+    names = ["message_id", "part", "channel", "platform_message_id", "status", "updated_at"]
+    return dialect_insert(dialect, SENT_PARTS).from_select(names, sent).on_conflict_do_nothing()
+
+
+@functools.cache
 def _part_sent_statement(inserts: bool, last: bool, preview: bool) -> Any:
     """`Deliveries.part_sent` on PostgreSQL: one statement, atomic by itself, where the
     transaction takes four or five round trips (BEGIN, the sent part, the count,
@@ -133,19 +150,7 @@ def _part_sent_statement(inserts: bool, last: bool, preview: bool) -> Any:
     updated: `part_…`.)"""
     statement: Any = _counted(last)
     if inserts:
-        statement = statement.add_cte(
-            postgresql.insert(SENT_PARTS)
-            .values(
-                message_id=bindparam("message_id"),
-                part=bindparam("part"),
-                channel=bindparam("part_channel"),
-                platform_message_id=bindparam("part_platform_id"),
-                status=bindparam("part_status"),
-                updated_at=bindparam("part_at"),
-            )
-            .on_conflict_do_nothing()
-            .cte("part")
-        )
+        statement = statement.add_cte(_part_recorded("postgresql").cte("part"))
     if preview:
         done = delete(STREAM_PREVIEWS).where(
             STREAM_PREVIEWS.c.channel == bindparam("part_channel"),
@@ -292,17 +297,17 @@ class Deliveries:
         sender (another settled its mark, sent, failed or erased it meanwhile).
         `preview`: the part was edited into that preview message, done with now."""
         counted: Any
+        params = {
+            "message_id": message_id,
+            "parts_sent": part + 1,
+            "part": part,
+            "part_channel": channel,
+            "part_platform_id": platform_id,
+            "part_status": Delivery.SENT,
+            "part_at": now,
+            "preview": preview,
+        }
         if dialect_of(self._sessions) == "postgresql":
-            params = {
-                "message_id": message_id,
-                "parts_sent": part + 1,
-                "part": part,
-                "part_channel": channel,
-                "part_platform_id": platform_id,
-                "part_status": Delivery.SENT,
-                "part_at": now,
-                "preview": preview,
-            }
             statement = _part_sent_statement(platform_id is not None, last, preview is not None)
             async with self._writes:
                 counted = await write_alone(
@@ -314,22 +319,8 @@ class Deliveries:
                 if preview is not None:
                     connection.execute(_PREVIEW_DONE, {"channel": channel, "preview": preview})
                 if platform_id is not None:
-                    # A part recorded before (a resend after a crash) is not again.
-                    connection.execute(
-                        skipping_insert(connection.dialect.name, SENT_PARTS),
-                        {
-                            "message_id": message_id,
-                            "part": part,
-                            "channel": channel,
-                            "platform_message_id": platform_id,
-                            "status": Delivery.SENT,
-                            "updated_at": now,
-                        },
-                    )
-                return connection.execute(
-                    _counted(last),
-                    {"message_id": message_id, "part": part, "parts_sent": part + 1},
-                ).one_or_none()
+                    connection.execute(_part_recorded(connection.dialect.name), params)
+                return connection.execute(_counted(last), params).one_or_none()
 
             async with self._writes:
                 counted = await write_transaction(self._sessions, record)
