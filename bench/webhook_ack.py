@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import aiohttp
 import asyncpg
 import httpx
 from sqlalchemy import func, select
@@ -71,6 +72,8 @@ POLL_SECONDS = 0.1
 GOAL_P99_MS = 50.0
 GOAL_P99_RATIO = 2.0
 GOAL_THROUGHPUT_RATIO = 0.6
+# A generator that sends its updates later than this (p99) is part of what it measures.
+GENERATOR_LATE_MS = 10.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,9 @@ class Segment:
     # Server CPU (all threads) per offered update, during the load.
     server_cpu_ms: float | None = None
     client_cpu_ms: float = 0.0
+    # How late the generator got to its updates, p99 (from the due time): its own share
+    # of the latency.
+    send_late_p99_ms: float = 0.0
     load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
     # Gateway segments only: after the load.
     caught_up: bool | None = None
@@ -147,6 +153,9 @@ class Verdict:
     non_2xx: int
     lost: int
     caught_up: bool
+    # The generator's own lateness in the gateway's rounds (worst round's p99): past
+    # GENERATOR_LATE_MS, the latencies say as much about the generator as the gateway.
+    generator_late_p99_ms: float
     met: bool
 
 
@@ -231,41 +240,62 @@ def webhooks(
 
 
 async def offer(
-    client: httpx.AsyncClient, path: str, hooks: Sequence[Webhook], rate: float, in_flight: int
-) -> tuple[list[float], dict[str, int], float]:
+    session: aiohttp.ClientSession,
+    path: str,
+    hooks: Sequence[Webhook],
+    rate: float,
+    in_flight: int,
+) -> Offered:
     """Send `hooks` open-loop: hook k is due at start + k / rate, and goes once one of
-    `in_flight` slots is free. Returns latencies from due time (s), status counts, and
-    the seconds from the first due time to the last answer."""
+    `in_flight` slots is free. Latencies run from the due time. The generator's own
+    lateness runs from the due time, or from when the update before got its slot if
+    that was later (waiting for a slot is the server's share), to when its loop got to
+    the update: a busy generator would otherwise pass for a slow server."""
     slots = asyncio.Semaphore(in_flight)
-    latencies: list[float] = [0.0] * len(hooks)
-    statuses: dict[str, int] = {}
-    last_done = 0.0
+    offered = Offered(latencies=[0.0] * len(hooks), late=[0.0] * len(hooks))
 
     async def send(index: int, due: float, body: bytes, headers: dict[str, str]) -> None:
-        nonlocal last_done
         try:
-            response = await client.post(path, content=body, headers=headers)
-            status = str(response.status_code)
-        except httpx.HTTPError as exc:
+            async with session.post(path, data=body, headers=headers) as response:
+                await response.read()
+                status = str(response.status)
+        except aiohttp.ClientError as exc:
             status = type(exc).__name__
         finally:
             slots.release()
         done = time.perf_counter()
-        latencies[index] = done - due
-        statuses[status] = statuses.get(status, 0) + 1
-        last_done = max(last_done, done)
+        offered.latencies[index] = done - due
+        offered.statuses[status] = offered.statuses.get(status, 0) + 1
+        offered.last_done = max(offered.last_done, done)
 
     with collector_paused():
         start = time.perf_counter() + 0.05
+        slotted = start  # when the update before got its slot
         async with asyncio.TaskGroup() as group:
             for index, (body, headers) in enumerate(hooks):
                 due = start + index / rate
                 delay = due - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                offered.late[index] = time.perf_counter() - max(due, slotted)
                 await slots.acquire()
+                slotted = time.perf_counter()
                 group.create_task(send(index, due, body, headers))
-    return latencies, statuses, last_done - start
+    offered.seconds = offered.last_done - start
+    return offered
+
+
+@dataclass
+class Offered:
+    """What `offer` saw: per update, seconds from its due time to its answer, and to
+    when the generator got to it; answers by status; the seconds from the first due
+    time to the last answer."""
+
+    latencies: list[float]
+    late: list[float]
+    statuses: dict[str, int] = field(default_factory=dict)
+    last_done: float = 0.0
+    seconds: float = 0.0
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -518,19 +548,18 @@ def loadavg() -> tuple[float, float, float]:
     return round(one, 2), round(five, 2), round(fifteen, 2)
 
 
-def figures(
-    segment: Segment, latencies: list[float], statuses: dict[str, int], seconds: float
-) -> None:
-    ordered = sorted(latencies)
-    segment.latencies = latencies
-    segment.seconds = round(seconds, 3)
-    segment.acks_per_second = round(len(ordered) / seconds, 1)
+def figures(segment: Segment, offered: Offered) -> None:
+    ordered = sorted(offered.latencies)
+    segment.latencies = offered.latencies
+    segment.seconds = round(offered.seconds, 3)
+    segment.acks_per_second = round(len(ordered) / offered.seconds, 1)
+    segment.send_late_p99_ms = ms(percentile(sorted(offered.late), 99))
     segment.p50_ms = ms(percentile(ordered, 50))
     segment.p90_ms = ms(percentile(ordered, 90))
     segment.p99_ms = ms(percentile(ordered, 99))
     segment.max_ms = ms(ordered[-1])
-    segment.statuses = statuses
-    segment.non_2xx = sum(n for status, n in statuses.items() if not status.startswith("2"))
+    segment.statuses = offered.statuses
+    segment.non_2xx = sum(n for status, n in offered.statuses.items() if not status.startswith("2"))
 
 
 class Bench:
@@ -552,6 +581,7 @@ class Bench:
     async def segment(
         self,
         client: httpx.AsyncClient,
+        session: aiohttp.ClientSession,
         app: Literal["baseline", "gateway"],
         platform: Platform,
         round_: int,
@@ -565,15 +595,15 @@ class Bench:
         before_state = await self.state(client) if app == "gateway" else None
         cpu_before = process_cpu_seconds(target.process.pid)
         client_before = time.process_time()
-        latencies, statuses, seconds = await offer(
-            client, f"{target.url}/webhooks/{platform}", hooks, options.rate, options.in_flight
+        offered = await offer(
+            session, f"{target.url}/webhooks/{platform}", hooks, options.rate, options.in_flight
         )
         loaded = time.perf_counter()
         cpu_loaded = process_cpu_seconds(target.process.pid)
         segment.client_cpu_ms = ms((time.process_time() - client_before) / count)
         if cpu_before is not None and cpu_loaded is not None:
             segment.server_cpu_ms = ms((cpu_loaded - cpu_before) / count)
-        figures(segment, latencies, statuses, seconds)
+        figures(segment, offered)
         segment.load_average = loadavg()
         if app == "gateway":
             assert before_state is not None
@@ -681,6 +711,7 @@ def verdicts(segments: Sequence[Segment], platforms: Sequence[Platform]) -> list
                 non_2xx=non_2xx,
                 lost=lost,
                 caught_up=caught_up,
+                generator_late_p99_ms=max(s.send_late_p99_ms for s in gate),
                 met=met,
             )
         )
@@ -710,17 +741,24 @@ async def run(options: Options) -> Report:
         )
         children, fakes = {"baseline": started.baseline, "gateway": started.gateway}, started.fakes
         bench = Bench(options, database_url, children, fakes)
-        limits = httpx.Limits(
-            max_connections=options.in_flight, max_keepalive_connections=options.in_flight
-        )
         timeout = httpx.Timeout(options.catch_up_seconds)
-        async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        # The webhooks go through aiohttp: under 40 requests in flight httpx's pool took
+        # 4-5 ms of this process's CPU a request where it took 1.5-2 with a few, so a
+        # gateway a little behind put the generator itself behind (bench/README.md).
+        connector = aiohttp.TCPConnector(limit=options.in_flight)
+        async with (
+            httpx.AsyncClient(timeout=timeout) as client,
+            aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=options.catch_up_seconds),
+            ) as session,
+        ):
             for platform in options.platforms:
                 rounds = [(0, options.warmup)] if options.warmup else []
                 rounds += [(r, options.count) for r in range(1, options.rounds + 1)]
                 for round_, count in rounds:
                     for app in ("baseline", "gateway"):
-                        segment = await bench.segment(client, app, platform, round_, count)
+                        segment = await bench.segment(client, session, app, platform, round_, count)
                         segments.append(segment)
                         print(segment_line(segment), file=sys.stderr, flush=True)
     return Report(
@@ -743,6 +781,8 @@ def segment_line(s: Segment) -> str:
         f"{s.platform:8} {s.app:8} {label:8} {s.offered} offered: {s.acks_per_second:7.1f} acks/s "
         f"p50 {s.p50_ms:9.2f} p90 {s.p90_ms:9.2f} p99 {s.p99_ms:9.2f} max {s.max_ms:9.2f} ms, "
         f"non-2xx {s.non_2xx}, server CPU {s.server_cpu_ms} ms/update, load {s.load_average[0]}"
+        f"\n{'':27} generator: CPU {s.client_cpu_ms} ms/update, late p99 "
+        f"{s.send_late_p99_ms} ms"
     )
     if s.app == "gateway":
         line += (
@@ -776,6 +816,11 @@ def render(report: Report) -> str:
             f"non-2xx {v.non_2xx}, lost {v.lost}, caught up in order {v.caught_up}: "
             f"goal {'MET' if v.met else 'NOT MET'}"
         )
+        if v.generator_late_p99_ms > GENERATOR_LATE_MS:
+            lines.append(
+                f"  the generator itself was late (p99 {v.generator_late_p99_ms} ms in a "
+                "gateway round): those latencies are partly its own"
+            )
     return "\n".join(lines)
 
 

@@ -23,6 +23,8 @@ async def test_a_tiny_run_acknowledges_everything_and_every_turn_catches_up() ->
     for segment in report.segments:
         assert segment.non_2xx == 0, segment.statuses
         assert len(segment.latencies) == 20
+        # A send's lateness is the generator's share of its latency.
+        assert 0 <= segment.send_late_p99_ms <= segment.max_ms
     for gateway in (s for s in report.segments if s.app == "gateway"):
         assert gateway.caught_up
         assert gateway.stored == 20
@@ -34,6 +36,7 @@ async def test_a_tiny_run_acknowledges_everything_and_every_turn_catches_up() ->
         assert gateway.model_requests >= 5  # a turn at least per chat
     assert [v.platform for v in report.verdicts] == ["telegram", "whatsapp"]
     assert all(v.non_2xx == 0 and v.lost == 0 for v in report.verdicts)
+    assert all(v.generator_late_p99_ms >= 0 for v in report.verdicts)
     figures = json.loads(json.dumps(report.to_json()))
     assert figures["machine"]["cpus"] >= 1
     assert figures["command"] == "pytest"
