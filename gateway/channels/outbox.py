@@ -69,7 +69,7 @@ class Outbox:
             await self._submit(reply, trigger, chat)
             return
         chat = self._chat_kept(trigger) or await self.chat_of(trigger)
-        self._turn_chats.pop(trigger.id, chat)  # done with (`chat`: if none was kept)
+        self._turn_chats.pop(trigger.id, None)  # the turn is done with it
         # Stored just now and never tried; fresh unless a preview may show it, which
         # only a channel that edits does, and never where it shows a draft instead.
         caps = None if sender is None else sender.capabilities
